@@ -1,0 +1,136 @@
+/* fp4bench: the GEMM backend interface (a ggml-style vtable).
+ *
+ * Every backend computes the same NVFP4 problem, "TN":
+ *   D[m, n] = alpha * sum_k A[m, k] * B[n, k]
+ * with A the activations [M, K] and B the weights [N, K], both NVFP4, alpha =
+ * A.global_scale * B.global_scale, D bf16 (or fp32 for reference backends).
+ *
+ * Life cycle, all on one host thread:
+ *   open(&inst)                       once; creates handles; UNSUPPORTED + reason
+ *                                     when it cannot run on this machine
+ *   supports(inst, shape)             can it do this shape? reason if not
+ *   prepare(inst, problem, copies)    convert operands to the backend's own
+ *                                     format and upload `copies` independent
+ *                                     operand+output sets (for cold-L2 rotation);
+ *                                     timed separately, never inside the GEMM time
+ *   poison / run / read_output        per copy; run() must be asynchronous on the
+ *                                     given stream and capturable in a CUDA graph
+ *                                     (no allocation, no synchronisation)
+ *   release(plan), close(inst)
+ *
+ * External backends are shared objects exporting FP4_BACKEND_ENTRY_SYMBOL
+ * returning a table whose api_version equals FP4_BACKEND_API_VERSION.
+ */
+#ifndef FP4_BACKEND_H
+#define FP4_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4/format.h"
+#include "fp4/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP4_BACKEND_API_VERSION 1
+#define FP4_BACKEND_ENTRY_SYMBOL "fp4_backend_entry"
+
+typedef struct fp4_shape {
+    int64_t m, n, k;
+} fp4_shape;
+
+/* Validate a GEMM shape: every size >= 1, K % 16 == 0, buffers fit. */
+fp4_status fp4_shape_check(const fp4_shape *s, fp4_err *err);
+/* 2*M*N*K */
+double fp4_shape_flops(const fp4_shape *s);
+
+typedef struct fp4_gemm_problem {
+    fp4_shape shape;
+    const fp4_matrix *a; /* [m, k] activations */
+    const fp4_matrix *b; /* [n, k] weights */
+    float alpha;         /* a->global_scale * b->global_scale */
+} fp4_gemm_problem;
+
+/* What does the arithmetic: picks the compute ceiling for the roofline. */
+typedef enum fp4_math {
+    FP4_MATH_CPU = 0,
+    FP4_MATH_CUDA_CORES = 1, /* integer / fp32 CUDA cores */
+    FP4_MATH_BF16_TC = 2,    /* bf16 tensor cores */
+    FP4_MATH_FP8_TC = 3,     /* fp8 tensor cores */
+    FP4_MATH_FP4_TC = 4      /* native fp4 tensor cores (Blackwell) */
+} fp4_math;
+
+enum {
+    FP4_BACKEND_GPU = 1u << 0,       /* runs on a CUDA stream */
+    FP4_BACKEND_REFERENCE = 1u << 1, /* exact: an oracle, not a contender */
+    FP4_BACKEND_LOSSY = 1u << 2      /* rounds operands (e.g. to fp8) */
+};
+
+typedef struct fp4_backend_ops {
+    int api_version;     /* FP4_BACKEND_API_VERSION */
+    const char *name;    /* short, lowercase, unique: "cublas-bf16" */
+    const char *summary; /* one line for `fp4bench list` */
+    unsigned flags;      /* FP4_BACKEND_* */
+    fp4_math math;
+    /* Verification tolerances against the exact reference: max |D-R| over
+     * max |R|, and ||D-R||_2 / ||R||_2. */
+    double tol_max;
+    double tol_norm;
+
+    fp4_status (*open)(void **inst, fp4_err *err);
+    void (*close)(void *inst);
+    /* Optional (NULL: every valid shape). */
+    fp4_status (*supports)(void *inst, const fp4_shape *s, fp4_err *err);
+    fp4_status (*prepare)(void *inst, const fp4_gemm_problem *p, int copies,
+                          void **plan, fp4_err *err);
+    /* Write a recognisable non-result (NaN) into the output of one copy. */
+    fp4_status (*poison)(void *plan, int copy, void *stream, fp4_err *err);
+    fp4_status (*run)(void *plan, int copy, void *stream, fp4_err *err);
+    /* Copy the output of one copy to host floats [m, n]; synchronises. */
+    fp4_status (*read_output)(void *plan, int copy, float *d, fp4_err *err);
+    void (*release)(void *plan);
+    /* Optional: bytes one call moves through memory in the backend's own
+     * operand formats (NULL: fp4_gemm_min_bytes). */
+    double (*bytes_moved)(const fp4_shape *s);
+    /* Optional: the name of the kernel variant the plan will run (e.g.
+     * "v1-decode"), for the report. Returns a static string. */
+    const char *(*variant)(void *plan);
+} fp4_backend_ops;
+
+typedef const fp4_backend_ops *(*fp4_backend_entry_fn)(void);
+
+/* ---- registry ------------------------------------------------------------- */
+
+/* Number of backends compiled in, and the i-th one (NULL if out of range). */
+int fp4_backend_count(void);
+const fp4_backend_ops *fp4_backend_at(int i);
+/* Compiled-in backend by name, NULL if none. */
+const fp4_backend_ops *fp4_backend_find(const char *name);
+/* Load an external backend from a shared object (checks the API version). The
+ * returned table stays valid while the library stays loaded; *handle is the
+ * dlopen handle for fp4_backend_unload. */
+fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops,
+                            void **handle, fp4_err *err);
+void fp4_backend_unload(void *handle);
+
+/* Check a table before use (version, name, mandatory slots). */
+fp4_status fp4_backend_validate(const fp4_backend_ops *ops, fp4_err *err);
+
+/* ---- the exact CPU reference ---------------------------------------------- */
+
+/* d[m, n] (fp32) = alpha * A * B^T, exactly accumulated (see docs/FORMAT.md:
+ * integer sums, exact for K <= 2^20; the one rounding is of the final value to
+ * double and then to fp32). threads <= 0: one per online core. */
+fp4_status fp4_gemm_reference(const fp4_matrix *a, const fp4_matrix *b, float alpha,
+                              float *d, int threads, fp4_err *err);
+/* One element by the obvious double loop over dequantized values: slow and
+ * independent of fp4_gemm_reference, for spot checks. */
+double fp4_gemm_naive_element(const fp4_matrix *a, const fp4_matrix *b, float alpha,
+                              int64_t row, int64_t col);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

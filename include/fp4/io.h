@@ -1,0 +1,79 @@
+/* fp4bench: tensors in files (.npy and .safetensors).
+ *
+ * .npy: version 1.0-3.0, C order, little-endian; dtypes '<f4', '<f2', '|u1',
+ *       and bf16 written by ml_dtypes (descr '<V2' or '|V2' is read as bf16
+ *       only when the caller asks for bf16 or accepts any float type).
+ * .safetensors: 8-byte little-endian header length, a JSON header (parsed with
+ *       cJSON), then the data; dtypes U8, F8_E4M3, F32, F16, BF16.
+ * NVFP4 checkpoints follow ModelOpt: `weight` U8 [N, K/2], `weight_scale`
+ * F8_E4M3 [N, K/16] (plain row-major), `weight_scale_2` F32 [] (decode scale),
+ * optional `input_scale` F32 []. */
+#ifndef FP4_IO_H
+#define FP4_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4/format.h"
+#include "fp4/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fp4_dtype {
+    FP4_DT_F32 = 0,
+    FP4_DT_F16 = 1,
+    FP4_DT_BF16 = 2,
+    FP4_DT_U8 = 3,
+    FP4_DT_F8_E4M3 = 4,
+    FP4_DT_COUNT
+} fp4_dtype;
+
+#define FP4_MAX_DIMS 4
+#define FP4_TENSOR_NAME_LEN 128
+
+/* A dense tensor in host memory; owns data when filled by a reader. */
+typedef struct fp4_tensor {
+    char name[FP4_TENSOR_NAME_LEN];
+    fp4_dtype dtype;
+    int ndim;                      /* 0 for a scalar */
+    int64_t shape[FP4_MAX_DIMS];
+    void *data;
+    size_t nbytes;
+} fp4_tensor;
+
+size_t fp4_dtype_size(fp4_dtype t);
+const char *fp4_dtype_name(fp4_dtype t); /* safetensors spelling: "F32" ... */
+int64_t fp4_tensor_numel(const fp4_tensor *t);
+void fp4_tensor_free(fp4_tensor *t);
+
+/* Read a .npy file (float32, float16 or bf16 as described above; u8 too). */
+fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err);
+/* Write t as .npy (F32 '<f4', F16 '<f2', U8 '|u1'; BF16 as '<V2'). */
+fp4_status fp4_npy_write(const char *path, const fp4_tensor *t, fp4_err *err);
+
+/* Read every tensor of a .safetensors file; *out is a malloc'ed array of
+ * *count tensors, free each with fp4_tensor_free and the array with free(). */
+fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count,
+                                fp4_err *err);
+fp4_status fp4_safetensors_write(const char *path, const fp4_tensor *tensors, int count,
+                                 fp4_err *err);
+/* The tensor of that name in an array, or NULL. */
+const fp4_tensor *fp4_tensor_find(const fp4_tensor *tensors, int count, const char *name);
+
+/* Save an NVFP4 matrix as a ModelOpt-style checkpoint (input_scale < 0: omitted). */
+fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_scale,
+                          fp4_err *err);
+/* Load one; checks every dtype and shape and says which tensor is wrong. */
+fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err);
+
+/* Read a [rows, cols] matrix of any float dtype from .npy into floats
+ * (*data malloc'ed). */
+fp4_status fp4_npy_read_matrix_f32(const char *path, float **data, int64_t *rows,
+                                   int64_t *cols, fp4_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

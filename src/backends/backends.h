@@ -1,0 +1,16 @@
+/* The backends compiled into libfp4 (the registry in registry.c lists them). */
+#ifndef FP4_BACKENDS_H
+#define FP4_BACKENDS_H
+
+#include "fp4/backend.h"
+
+extern const fp4_backend_ops fp4_backend_cpu_ref;
+#ifdef FP4_HAVE_CUDA
+extern const fp4_backend_ops fp4_backend_cuda_ref;
+extern const fp4_backend_ops fp4_backend_cublas_bf16;
+extern const fp4_backend_ops fp4_backend_cublaslt_fp8;
+extern const fp4_backend_ops fp4_backend_cublaslt_nvfp4;
+extern const fp4_backend_ops fp4_backend_fp4_sm90;
+#endif
+
+#endif

@@ -1,0 +1,346 @@
+/* Backend "cublaslt-fp8": the strongest simple Hopper alternative, a
+ * tensorwise-scaled fp8 (E4M3) GEMM through cuBLASLt, bf16 D.
+ *
+ * Operands. prepare() dequantizes A and B on the CPU (e2m1 * scale, without
+ * the global scale) and re-quantizes each tensor to E4M3 with one fp32 scale
+ * per tensor: q = e4m3_rne_satfinite(x * enc), decode scale 1/enc passed to
+ * cuBLASLt as {A,B}_SCALE_POINTER, so D = alpha * dec_a * dec_b * sum q_a q_b.
+ * enc is the largest power of two with amax * enc <= 448 (amax maps into
+ * (224, 448]), not exactly 448 / amax: a power of two only shifts exponents,
+ * so every value with at most 4 significant bits (e2m1 in {0.5, 1, 2, 4} times
+ * any E4M3 scale, about half of all non-zero codes) stays exact, where an
+ * arbitrary factor would round nearly all of them. E4M3 precision is the same
+ * across its normal range, so losing at most one binade at the top costs
+ * nothing; dec = 1/enc is exact too.
+ *
+ * Why it is lossy: e2m1 * e4m3 needs up to 6 significant bits (1.5 * 1.875 =
+ * 2.8125 = 10.1101b), E4M3 has 4, so the other values round by up to 2^-4
+ * relative. With independent errors on A and B the products carry a
+ * relative error of roughly 2^-4 * sqrt(2/3) * sqrt(1/2) ~ 3% rms, and the sum
+ * keeps that ratio: expect ||D-R||/||R|| ~ 0.03 and max|D-R|/max|R| a few
+ * percent, plus the bf16 rounding of D (2^-9). tol_norm 0.08 and tol_max 0.15
+ * leave about a factor of 2-3 of margin: to be tightened after measuring.
+ *
+ * Layout: the same "TN" call as cublas-bf16 (see cublas_bf16.cu): cuBLAS's
+ * A is our B buffer ([K, N] column-major, ld K, transa = T), its B is our A
+ * buffer ([K, M], ld K, transb = N), D^T is [N, M] column-major with ld N, so
+ * D is row-major [M, N]. Hopper fp8 needs exactly this: transa = T,
+ * transb = N, compute 32F, scale type 32F, 16-byte aligned pointers and
+ * leading dimensions that are multiples of 16 bytes (K % 16 == 0 always; D's
+ * ld is N bf16, hence N % 8 == 0). Our A_SCALE_POINTER therefore carries B's
+ * decode scale and B_SCALE_POINTER A's (the product is what matters). */
+#include "fp4/backend.h"
+
+#include <cublasLt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backends/backends.h" /* gives the table below C linkage */
+}
+#include "backends/blas_common.h"
+#include "backends/gpu_common.h"
+
+/* Workspace handed to every cublasLtMatmul call (the heuristic is told this
+ * limit). Owned by the instance: plans of one instance must not run
+ * concurrently on different streams. */
+#define FP8_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct fp8_inst {
+    cublasLtHandle_t lt;
+    void *ws;
+} fp8_inst;
+
+typedef struct fp8_copy {
+    void *a;                 /* [m, k] e4m3 */
+    void *b;                 /* [n, k] e4m3 */
+    float *scales;           /* device {dec_b, dec_a}: cuBLAS A (our B) first */
+    void *d;                 /* [m, n] bf16 */
+    cublasLtMatmulDesc_t op; /* per copy: it holds this copy's scale pointers */
+} fp8_copy;
+
+typedef struct fp8_plan {
+    fp8_inst *inst; /* borrowed: release the plan before close() */
+    fp4_shape shape;
+    float alpha;
+    int copies;
+    fp8_copy *c; /* [copies] */
+    cublasLtMatrixLayout_t la, lb, ld; /* cuBLAS A (our B), B (our A), C = D */
+    cublasLtMatmulAlgo_t algo;         /* from the heuristic, once, in prepare */
+} fp8_plan;
+
+static void fp8_close(void *inst)
+{
+    fp8_inst *f = (fp8_inst *)inst;
+    if (!f) return;
+    if (f->lt) cublasLtDestroy(f->lt);
+    cudaFree(f->ws);
+    free(f);
+}
+
+/* Needs fp8 tensor cores: sm_89 (Ada) or newer. */
+static fp4_status fp8_open(void **inst, fp4_err *err)
+{
+    *inst = NULL;
+    fp4_status st = fp4_gpu_require(8, 9, 0, NULL, NULL, err);
+    if (st != FP4_OK) return st;
+    fp8_inst *f = (fp8_inst *)calloc(1, sizeof *f);
+    if (!f) return fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-fp8: no host memory");
+    FP4_CUBLAS_GOTO(err, st, cublasLtCreate(&f->lt), fail);
+    st = fp4_gpu_alloc(&f->ws, FP8_WORKSPACE_BYTES, "cuBLASLt workspace", err);
+    if (st != FP4_OK) goto fail;
+    *inst = f;
+    return FP4_OK;
+fail:
+    fp8_close(f);
+    return st;
+}
+
+/* D's leading dimension (N bf16) must be a multiple of 16 bytes. */
+static fp4_status fp8_supports(void *inst, const fp4_shape *s, fp4_err *err)
+{
+    if (s->n % 8 != 0)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "cublaslt-fp8: N = %lld is not a multiple of 8 (cuBLASLt fp8 needs D's "
+                        "leading dimension, N bf16, to be a multiple of 16 bytes)",
+                        (long long)s->n);
+    return FP4_OK;
+}
+
+static void fp8_release(void *plan)
+{
+    fp8_plan *p = (fp8_plan *)plan;
+    if (!p) return;
+    if (p->c) {
+        for (int i = 0; i < p->copies; i++) {
+            cudaFree(p->c[i].a);
+            cudaFree(p->c[i].b);
+            cudaFree(p->c[i].scales);
+            cudaFree(p->c[i].d);
+            if (p->c[i].op) cublasLtMatmulDescDestroy(p->c[i].op);
+        }
+        free(p->c);
+    }
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    free(p);
+}
+
+/* Largest power of two enc with amax * enc <= 448 (1 for an all-zero tensor). */
+static float fp8_encode_scale(float amax)
+{
+    if (!(amax > 0.0f)) return 1.0f;
+    int e;
+    (void)frexpf(FP4_E4M3_MAX / amax, &e); /* 448/amax = f * 2^e, f in [0.5, 1) */
+    return ldexpf(1.0f, e - 1);
+}
+
+/* Host e4m3 [rows, cols] of x's values (without its global scale) times a
+ * power-of-two encode scale chosen from their amax; *dec = 1/enc. *out is
+ * malloc'ed; the caller frees it. */
+static fp4_status fp8_requantize(const fp4_matrix *x, uint8_t **out, float *dec, fp4_err *err)
+{
+    *out = NULL;
+    size_t n;
+    if (fp4_size_mul((size_t)x->rows, (size_t)x->cols, &n))
+        return fp4_fail(err, FP4_ERR_OVERFLOW, "cublaslt-fp8: fp8 copy overflows size_t");
+    uint8_t *q = (uint8_t *)malloc(n);
+    float *row = (float *)malloc((size_t)x->cols * sizeof(float));
+    if (!q || !row) {
+        free(q);
+        free(row);
+        return fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-fp8: no host memory for a %zu-byte fp8 copy", n);
+    }
+    float amax = 0.0f;
+    for (int64_t r = 0; r < x->rows; r++) {
+        fp4_host_decode_row(x, r, row);
+        for (int64_t c = 0; c < x->cols; c++) amax = fmaxf(amax, fabsf(row[c]));
+    }
+    const float enc = fp8_encode_scale(amax);
+    for (int64_t r = 0; r < x->rows; r++) {
+        fp4_host_decode_row(x, r, row);
+        uint8_t *dst = q + (size_t)r * (size_t)x->cols;
+        for (int64_t c = 0; c < x->cols; c++) dst[c] = fp4_e4m3_encode(row[c] * enc); /* exact product */
+    }
+    free(row);
+    *dec = 1.0f / enc; /* exact: enc is a power of two */
+    *out = q;
+    return FP4_OK;
+}
+
+/* Creates the layouts and one matmul descriptor (TN, 32F compute, this copy's
+ * scale pointers). */
+static fp4_status fp8_make_desc(fp8_copy *c, fp4_err *err)
+{
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const void *sa = c->scales, *sb = c->scales + 1;
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    /* CUBLASLT_MATMUL_DESC_FAST_ACCUM stays at its default 0: the accurate
+     * mode, which periodically promotes the partial sums to full fp32. */
+    return FP4_OK;
+}
+
+/* Asks the heuristic once for the copy-0 descriptor; every copy has the same
+ * problem (only pointers differ), so the algorithm is shared. UNSUPPORTED
+ * with cuBLASLt's status when it finds nothing. */
+static fp4_status fp8_pick_algo(fp8_plan *p, fp4_err *err)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int count = 0;
+    memset(&res, 0, sizeof res);
+    const uint64_t ws = FP8_WORKSPACE_BYTES;
+    fp4_status st = FP4_OK;
+    cublasStatus_t hs;
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), out);
+    hs = cublasLtMatmulAlgoGetHeuristic(p->inst->lt, p->c[0].op, p->la, p->lb, p->ld, p->ld, pref,
+                                        1, &res, &count);
+    if (hs != CUBLAS_STATUS_SUCCESS) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "cublaslt-fp8: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s",
+                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k,
+                      (int)hs, cublasGetStatusName(hs));
+        goto out;
+    }
+    if (count < 1) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "cublaslt-fp8: cuBLASLt heuristic found no algorithm for %lldx%lldx%lld",
+                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k);
+        goto out;
+    }
+    if (res.state != CUBLAS_STATUS_SUCCESS) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "cublaslt-fp8: cuBLASLt heuristic result for %lldx%lldx%lld: state %d %s",
+                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k,
+                      (int)res.state, cublasGetStatusName(res.state));
+        goto out;
+    }
+    p->algo = res.algo;
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return st;
+}
+
+/* Re-quantizes A and B to e4m3 on the host (see the top of the file), uploads
+ * `copies` copies with their decode scales, builds the descriptors and picks
+ * the algorithm. On failure nothing is left allocated. */
+static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies, void **plan,
+                              fp4_err *err)
+{
+    *plan = NULL;
+    fp4_status st = fp4_gpu_check_problem(pr, copies, err);
+    if (st != FP4_OK) return st;
+    st = fp8_supports(inst, &pr->shape, err);
+    if (st != FP4_OK) return st;
+
+    const fp4_shape *s = &pr->shape;
+    uint8_t *ha = NULL, *hb = NULL;
+    float dec[2] = {1.0f, 1.0f}; /* {B's, A's}: cuBLAS's A is our B */
+    fp8_plan *p = NULL;
+    size_t d_bytes;
+    if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
+        st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublaslt-fp8: D overflows size_t");
+        goto out;
+    }
+    if ((st = fp8_requantize(pr->a, &ha, &dec[1], err)) != FP4_OK) goto out;
+    if ((st = fp8_requantize(pr->b, &hb, &dec[0], err)) != FP4_OK) goto out;
+
+    p = (fp8_plan *)calloc(1, sizeof *p);
+    if (!p || !(p->c = (fp8_copy *)calloc((size_t)copies, sizeof *p->c))) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-fp8: no host memory for the plan");
+        goto out;
+    }
+    p->inst = (fp8_inst *)inst;
+    p->shape = *s;
+    p->alpha = pr->alpha;
+    p->copies = copies;
+    /* Column-major views (rows, cols, ld) as described at the top. */
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)s->k, (uint64_t)s->n, s->k), out);
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)s->k, (uint64_t)s->m, s->k), out);
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
+    for (int i = 0; i < copies; i++) {
+        fp8_copy *c = &p->c[i];
+        if ((st = fp4_gpu_upload(&c->a, ha, (size_t)s->m * (size_t)s->k, "A e4m3", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->b, hb, (size_t)s->n * (size_t)s->k, "B e4m3", err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&c->scales, dec, sizeof dec, "fp8 decode scales", err)) != FP4_OK ||
+            (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK ||
+            (st = fp8_make_desc(c, err)) != FP4_OK)
+            goto out;
+    }
+    if ((st = fp8_pick_algo(p, err)) != FP4_OK) goto out;
+    *plan = p;
+    p = NULL;
+    st = FP4_OK;
+out:
+    fp8_release(p);
+    free(ha);
+    free(hb);
+    return st;
+}
+
+static fp4_status fp8_poison(void *plan, int copy, void *stream, fp4_err *err)
+{
+    fp8_plan *p = (fp8_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n,
+                               (cudaStream_t)stream, err);
+}
+
+/* One cublasLtMatmul with the prepared algorithm and the instance's
+ * workspace: no allocation, capturable. beta = 0, C aliases D. */
+static fp4_status fp8_run(void *plan, int copy, void *stream, fp4_err *err)
+{
+    fp8_plan *p = (fp8_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    const fp8_copy *c = &p->c[copy];
+    const float beta = 0.0f;
+    FP4_CUBLAS_TRY(err, cublasLtMatmul(p->inst->lt, c->op, &p->alpha, c->b, p->la, c->a, p->lb,
+                                       &beta, c->d, p->ld, c->d, p->ld, &p->algo, p->inst->ws,
+                                       FP8_WORKSPACE_BYTES, (cudaStream_t)stream));
+    return FP4_OK;
+}
+
+static fp4_status fp8_read_output(void *plan, int copy, float *d, fp4_err *err)
+{
+    fp8_plan *p = (fp8_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
+}
+
+/* e4m3 A and B (one byte an element), bf16 D. */
+static double fp8_bytes_moved(const fp4_shape *s)
+{
+    const double m = (double)s->m, n = (double)s->n, k = (double)s->k;
+    return m * k + n * k + 2.0 * m * n;
+}
+
+/* Positional: C++17 has no designated initializers. One comment per field. */
+extern "C" const fp4_backend_ops fp4_backend_cublaslt_fp8 = {
+    FP4_BACKEND_API_VERSION,                                         /* api_version */
+    "cublaslt-fp8",                                                  /* name */
+    "cuBLASLt fp8 e4m3 GEMM, operands re-quantized per tensor (lossy)", /* summary */
+    FP4_BACKEND_GPU | FP4_BACKEND_LOSSY,                             /* flags */
+    FP4_MATH_FP8_TC,                                                 /* math */
+    0.15, /* tol_max: operands rounded to 4 significant bits, see the top */
+    0.08, /* tol_norm */
+    fp8_open,                                                        /* open */
+    fp8_close,                                                       /* close */
+    fp8_supports,                                                    /* supports */
+    fp8_prepare,                                                     /* prepare */
+    fp8_poison,                                                      /* poison */
+    fp8_run,                                                         /* run */
+    fp8_read_output,                                                 /* read_output */
+    fp8_release,                                                     /* release */
+    fp8_bytes_moved,                                                 /* bytes_moved */
+    NULL, /* variant: the kernel is cuBLAS's choice, not ours to name */
+};

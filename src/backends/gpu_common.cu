@@ -1,0 +1,93 @@
+/* Shared CUDA backend helpers (see gpu_common.h). */
+#include "backends/gpu_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
+                                      int *minor, fp4_err *err)
+{
+    int count = 0, dev = 0, maj = 0, min = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free error so later calls are not confused */
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+    if (count == 0) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device");
+    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major) *major = maj;
+    if (minor) *minor = min;
+    if (maj < min_major || (maj == min_major && min < min_minor))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_%d%d or newer, this GPU is sm_%d%d",
+                        min_major, min_minor, maj, min);
+    if (max_major > 0 && maj > max_major)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "built for sm_%dx only, this GPU is sm_%d%d",
+                        max_major, maj, min);
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_alloc(void **ptr, size_t bytes, const char *what, fp4_err *err)
+{
+    *ptr = NULL;
+    cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return fp4_fail(err, FP4_ERR_CUDA, "cudaMalloc(%zu bytes) for %s: %s", bytes, what,
+                        cudaGetErrorString(e));
+    }
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes,
+                                     const char *what, fp4_err *err)
+{
+    fp4_status st = fp4_gpu_alloc(dptr, bytes, what, err);
+    if (st != FP4_OK) return st;
+    cudaError_t e = cudaMemcpy(*dptr, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(*dptr);
+        *dptr = NULL;
+        return fp4_fail(err, FP4_ERR_CUDA, "upload of %s (%zu bytes): %s", what, bytes,
+                        cudaGetErrorString(e));
+    }
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_poison_bf16(void *d, size_t n, cudaStream_t stream, fp4_err *err)
+{
+    /* 0x7FC0 repeated: memset writes bytes, so use the pattern 0x7F7F... which is
+     * also a bf16 NaN (exponent all ones, mantissa non-zero). */
+    FP4_CUDA_TRY(err, cudaMemsetAsync(d, 0x7F, n * 2, stream));
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_read_bf16(const void *d, size_t n, float *host, fp4_err *err)
+{
+    uint16_t *tmp = (uint16_t *)malloc(n * 2 ? n * 2 : 1);
+    if (!tmp) return fp4_fail(err, FP4_ERR_NOMEM, "no host memory for %zu outputs", n);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(tmp);
+        return fp4_fail(err, FP4_ERR_CUDA, "reading the output: %s", cudaGetErrorString(e));
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)tmp[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        host[i] = f;
+    }
+    free(tmp);
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_read_f32(const void *d, size_t n, float *host, fp4_err *err)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(host, d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return fp4_fail(err, FP4_ERR_CUDA, "reading the output: %s", cudaGetErrorString(e));
+    return FP4_OK;
+}

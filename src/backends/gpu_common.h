@@ -1,0 +1,63 @@
+/* Helpers shared by the CUDA backends: error checks that turn CUDA and cuBLAS
+ * failures into fp4_status with file, line and the failing call. CUDA-only:
+ * include from .cu files. */
+#ifndef FP4_GPU_COMMON_H
+#define FP4_GPU_COMMON_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4/backend.h"
+#include "fp4/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Evaluate a CUDA runtime call; on failure record it in err, set st and jump. */
+#define FP4_CUDA_GOTO(err, st, call, label)                                         \
+    do {                                                                            \
+        cudaError_t e_ = (call);                                                    \
+        if (e_ != cudaSuccess) {                                                    \
+            (st) = fp4_fail((err), FP4_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, \
+                            #call, cudaGetErrorString(e_));                         \
+            goto label;                                                             \
+        }                                                                           \
+    } while (0)
+
+/* Same, returning the status directly. */
+#define FP4_CUDA_TRY(err, call)                                                     \
+    do {                                                                            \
+        cudaError_t e_ = (call);                                                    \
+        if (e_ != cudaSuccess)                                                      \
+            return fp4_fail((err), FP4_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, \
+                            #call, cudaGetErrorString(e_));                         \
+    } while (0)
+
+/* After a kernel launch: the launch error, if any. */
+#define FP4_CUDA_LAUNCH_TRY(err) FP4_CUDA_TRY(err, cudaGetLastError())
+
+/* FP4_OK when a CUDA device of compute capability >= min_major.min_minor is
+ * present (and, if max_major > 0, of major <= max_major); else
+ * FP4_ERR_UNSUPPORTED with the reason ("no CUDA device: ...", "needs sm_90,
+ * this GPU is sm_86"). Reports the device's capability in *major/*minor. */
+fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
+                           int *minor, fp4_err *err);
+
+/* cudaMalloc that reports the size on failure. */
+fp4_status fp4_gpu_alloc(void **ptr, size_t bytes, const char *what, fp4_err *err);
+/* Upload host bytes into a fresh device buffer. */
+fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes, const char *what,
+                          fp4_err *err);
+/* Fill n bf16 values with NaN (0x7FC0) on stream. */
+fp4_status fp4_gpu_poison_bf16(void *d, size_t n, cudaStream_t stream, fp4_err *err);
+/* Copy n bf16 values from device to host floats (synchronous). */
+fp4_status fp4_gpu_read_bf16(const void *d, size_t n, float *host, fp4_err *err);
+/* Same for fp32 device data. */
+fp4_status fp4_gpu_read_f32(const void *d, size_t n, float *host, fp4_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,798 @@
+/* The measurement engine (see include/fp4/engine.h and docs/MEASUREMENT.md).
+ *
+ * Per case: operands from the seed; the exact reference once (cuda-ref on a
+ * GPU, else the CPU reference), only when a non-reference backend needs it;
+ * per backend: open (cached), supports, prepare with enough operand copies
+ * that one rotation touches >= 3x L2 (cold) or 1 copy (hot), verify copy 0
+ * and the last copy on poisoned output, then interleaved timing rounds. */
+#include "fp4/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/device.h"
+#include "bench/inputs.h"
+#include "fp4/backend.h"
+
+#ifdef FP4_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backends/gpu_common.h"
+#include "kernels/probe.h"
+#endif
+
+#define MAX_OPEN 64
+#define MAX_COPIES 256
+#define TARGET_SAMPLE_US 200.0 /* one graph replay lasts at least this long */
+#define MAX_BATCH 4096
+#define SPOT_CHECKS 64          /* elements of a reference row checked naively */
+
+typedef struct open_backend {
+    const fp4_backend_ops *ops;
+    void *inst;
+    fp4_status st;
+    fp4_err err;
+} open_backend;
+
+struct fp4_engine {
+    fp4_settings set;
+    fp4_device_info dev;
+    fp4_nvml *nvml;
+    open_backend open[MAX_OPEN];
+    int nopen;
+#ifdef FP4_HAVE_CUDA
+    cudaStream_t stream;
+    cudaEvent_t ev0, ev1;
+    void *flush;  /* cleared before each plain-launch sample */
+    size_t flush_bytes;
+#endif
+};
+
+/* One backend's state while a case is measured. */
+typedef struct slot {
+    const fp4_backend_ops *ops;
+    void *plan;
+    fp4_row row;
+    int active; /* verified, being timed */
+    int gpu;
+    int done;   /* stop rule satisfied */
+    double t_est_us;
+    double *samples;
+    int ns, cap;
+    double *launch;
+    int nl;
+    double *clock; /* SM clock per sample (NVML) */
+    double power_sum, temp_max, mem_clock;
+    int ntel;
+#ifdef FP4_HAVE_CUDA
+    cudaGraphExec_t exec;
+#endif
+} slot;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seed of one operand: depends on the run seed, the shape and the role, not
+ * on the order of cases, so one shape gets the same data in every run. */
+static uint64_t operand_seed(uint64_t seed, const fp4_shape *s, int role)
+{
+    uint64_t h = seed * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)s->m * 0xBF58476D1CE4E5B9ull;
+    h ^= (uint64_t)s->n * 0x94D049BB133111EBull + (uint64_t)s->k;
+    return h * 31 + (uint64_t)role;
+}
+
+/* ---- engine life cycle ------------------------------------------------------ */
+
+fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_engine **out,
+                             fp4_err *err)
+{
+    fp4_engine *e = calloc(1, sizeof *e);
+    char why[160];
+    *out = NULL;
+    if (!e) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for the engine");
+    e->set = *set;
+    fp4_device_describe(&e->dev);
+#ifdef FP4_HAVE_CUDA
+    if (e->dev.present) {
+        fp4_status st = FP4_OK;
+        if (cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess)
+            st = fp4_fail(err, FP4_ERR_CUDA, "cannot create a CUDA stream or events");
+        e->flush_bytes = (size_t)(e->dev.l2_bytes * 2);
+        if (st == FP4_OK && e->flush_bytes &&
+            cudaMalloc(&e->flush, e->flush_bytes) != cudaSuccess)
+            st = fp4_fail(err, FP4_ERR_CUDA, "cannot allocate the L2 flush buffer");
+        if (st != FP4_OK) {
+            fp4_engine_destroy(e);
+            return st;
+        }
+        e->nvml = fp4_nvml_open(why, sizeof why);
+        e->dev.nvml = e->nvml != NULL;
+        snprintf(e->dev.driver_string, sizeof e->dev.driver_string, "%s",
+                 e->nvml ? fp4_nvml_driver(e->nvml) : why);
+    }
+#else
+    (void)why;
+#endif
+    report->dev = e->dev;
+    report->set = e->set;
+    *out = e;
+    return FP4_OK;
+}
+
+void fp4_engine_destroy(fp4_engine *e)
+{
+    if (!e) return;
+    for (int i = 0; i < e->nopen; i++)
+        if (e->open[i].st == FP4_OK) e->open[i].ops->close(e->open[i].inst);
+    fp4_nvml_close(e->nvml);
+#ifdef FP4_HAVE_CUDA
+    if (e->flush) cudaFree(e->flush);
+    if (e->ev0) cudaEventDestroy(e->ev0);
+    if (e->ev1) cudaEventDestroy(e->ev1);
+    if (e->stream) cudaStreamDestroy(e->stream);
+#endif
+    free(e);
+}
+
+/* Open a backend once per engine; failures are remembered with their reason. */
+static fp4_status instance_of(fp4_engine *e, const fp4_backend_ops *ops, void **inst,
+                              fp4_err *err)
+{
+    for (int i = 0; i < e->nopen; i++)
+        if (e->open[i].ops == ops) {
+            *inst = e->open[i].inst;
+            if (e->open[i].st != FP4_OK && err) *err = e->open[i].err;
+            return e->open[i].st;
+        }
+    if (e->nopen == MAX_OPEN) return fp4_fail(err, FP4_ERR_INTERNAL, "too many backends");
+    open_backend *ob = &e->open[e->nopen++];
+    ob->ops = ops;
+    fp4_err_clear(&ob->err);
+    ob->st = fp4_backend_validate(ops, &ob->err);
+    if (ob->st == FP4_OK) ob->st = ops->open(&ob->inst, &ob->err);
+    if (ob->st != FP4_OK && !ob->err.msg[0])
+        fp4_fail(&ob->err, ob->st, "%s", fp4_status_str(ob->st));
+    *inst = ob->inst;
+    if (ob->st != FP4_OK && err) *err = ob->err;
+    return ob->st;
+}
+
+fp4_status fp4_engine_probe_backend(fp4_engine *e, const fp4_backend_ops *ops, fp4_err *err)
+{
+    void *inst;
+    return instance_of(e, ops, &inst, err);
+}
+
+/* ---- verification ------------------------------------------------------------- */
+
+void fp4_compare_outputs(const float *d, const float *r, size_t n, double tol_max,
+                         double tol_norm, fp4_verdict *v)
+{
+    double max_r = 0, max_diff = 0, sum_r2 = 0, sum_d2 = 0;
+    memset(v, 0, sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        double x = d[i], y = r[i];
+        if (!isfinite(x)) {
+            v->nonfinite++;
+            continue;
+        }
+        if (x == 0) v->zeros_d++;
+        if (y == 0) v->zeros_r++;
+        double diff = fabs(x - y);
+        if (fabs(y) > max_r) max_r = fabs(y);
+        if (diff > max_diff) max_diff = diff;
+        sum_r2 += y * y;
+        sum_d2 += diff * diff;
+    }
+    v->err_max = max_r > 0 ? max_diff / max_r : (max_diff > 0 ? INFINITY : 0);
+    v->err_norm = sum_r2 > 0 ? sqrt(sum_d2 / sum_r2) : (sum_d2 > 0 ? INFINITY : 0);
+    v->all_zero = (size_t)v->zeros_d == n && (size_t)v->zeros_r != n;
+    if (v->nonfinite)
+        snprintf(v->why, sizeof v->why, "%lld of %zu outputs NaN/Inf (unwritten or overflow)",
+                 v->nonfinite, n);
+    else if (v->all_zero)
+        snprintf(v->why, sizeof v->why, "output is all zeros");
+    else if (v->err_max > tol_max || v->err_norm > tol_norm)
+        snprintf(v->why, sizeof v->why, "error max %.3g (tol %.3g), norm %.3g (tol %.3g)",
+                 v->err_max, tol_max, v->err_norm, tol_norm);
+    else {
+        v->pass = 1;
+        snprintf(v->why, sizeof v->why, "max %.2g norm %.2g", v->err_max, v->err_norm);
+    }
+}
+
+/* A reference backend is checked against the naive double loop on a sample of
+ * elements (it is the oracle for everyone else, so it gets an independent
+ * check), plus the usual "every element written" check. */
+static int spot_check_reference(const fp4_gemm_problem *p, const float *d, uint64_t seed,
+                                char *why, size_t why_len)
+{
+    fp4_rng rng;
+    size_t n = (size_t)p->shape.m * (size_t)p->shape.n;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(d[i])) {
+            snprintf(why, why_len, "output element %zu is NaN/Inf", i);
+            return 0;
+        }
+    fp4_rng_seed(&rng, seed);
+    for (int i = 0; i < SPOT_CHECKS; i++) {
+        int64_t row = (int64_t)(fp4_rng_next(&rng) % (uint64_t)p->shape.m);
+        int64_t col = (int64_t)(fp4_rng_next(&rng) % (uint64_t)p->shape.n);
+        double want = fp4_gemm_naive_element(p->a, p->b, p->alpha, row, col);
+        double got = d[row * p->shape.n + col];
+        if (!(fabs(got - want) <= 1e-6 * fabs(want) + 1e-30)) bad++;
+    }
+    if (bad) snprintf(why, why_len, "%d of %d spot checks differ from the naive loop", bad, SPOT_CHECKS);
+    else snprintf(why, why_len, "exact (%d spot checks)", SPOT_CHECKS);
+    return bad == 0;
+}
+
+/* The reference output R [m, n] for problem p: cuda-ref when a GPU is
+ * present (bit-identical to the CPU reference, tested), else the CPU one. */
+static fp4_status compute_reference(fp4_engine *e, const fp4_gemm_problem *p, float *r,
+                                    char *oracle, size_t oracle_len, fp4_err *err)
+{
+#ifdef FP4_HAVE_CUDA
+    const fp4_backend_ops *ops = fp4_backend_find("cuda-ref");
+    void *inst, *plan = NULL;
+    if (e->dev.present && ops && instance_of(e, ops, &inst, NULL) == FP4_OK &&
+        ops->prepare(inst, p, 1, &plan, NULL) == FP4_OK) {
+        fp4_status st = ops->run(plan, 0, e->stream, NULL);
+        if (st == FP4_OK) st = ops->read_output(plan, 0, r, NULL);
+        ops->release(plan);
+        if (st == FP4_OK) {
+            snprintf(oracle, oracle_len, "cuda-ref");
+            return FP4_OK;
+        }
+    }
+#endif
+    snprintf(oracle, oracle_len, "cpu-ref");
+    return fp4_gemm_reference(p->a, p->b, p->alpha, r, 0, err);
+}
+
+/* ---- timing ---------------------------------------------------------------------- */
+
+static fp4_status push_sample(double **arr, int *n, int *cap, double v, fp4_err *err)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 64;
+        double *p = realloc(*arr, (size_t)nc * sizeof *p);
+        if (!p) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for samples");
+        *arr = p;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = v;
+    return FP4_OK;
+}
+
+/* Operand copies for cold L2: enough that one pass over them touches >= 3x
+ * the L2 (FlashInfer's #4468: fewer calls than copies measured a warm L2, so
+ * the batch always cycles through every copy, see plan_batch). */
+static int copies_for(const fp4_engine *e, double bytes_per_call)
+{
+    if (e->set.hot || !e->dev.present || bytes_per_call <= 0) return 1;
+    double want = 3.0 * e->dev.l2_bytes / bytes_per_call;
+    int c = (int)ceil(want);
+    if (c < 1) c = 1;
+    /* copies are also bounded by memory: keep the rotation under 1/4 of it */
+    int mem_cap = (int)(e->dev.mem_bytes / 4 / (bytes_per_call > 1 ? bytes_per_call : 1));
+    if (c > mem_cap) c = mem_cap > 1 ? mem_cap : 1;
+    return c > MAX_COPIES ? MAX_COPIES : c;
+}
+
+#ifdef FP4_HAVE_CUDA
+/* Time `count` plain launches cycling through the copies (us per call). */
+static fp4_status time_launches(fp4_engine *e, slot *s, int count, int flush, double *us,
+                                fp4_err *err)
+{
+    float ms = 0;
+    if (flush && e->flush)
+        FP4_CUDA_TRY(err, cudaMemsetAsync(e->flush, 0, e->flush_bytes, e->stream));
+    FP4_CUDA_TRY(err, cudaEventRecord(e->ev0, e->stream));
+    for (int i = 0; i < count; i++) {
+        fp4_status st = s->ops->run(s->plan, i % s->row.copies, e->stream, err);
+        if (st != FP4_OK) return st;
+    }
+    FP4_CUDA_TRY(err, cudaEventRecord(e->ev1, e->stream));
+    FP4_CUDA_TRY(err, cudaEventSynchronize(e->ev1));
+    FP4_CUDA_TRY(err, cudaEventElapsedTime(&ms, e->ev0, e->ev1));
+    *us = (double)ms * 1e3 / count;
+    return FP4_OK;
+}
+
+/* Capture one batch: calls i = 0..batch-1 on copy i % copies. batch is a
+ * multiple of copies, so every copy is used equally often and the sample's
+ * working set is the whole rotation (checked, not assumed). */
+static fp4_status capture_batch(fp4_engine *e, slot *s, fp4_err *err)
+{
+    cudaGraph_t graph = NULL;
+    fp4_status st = FP4_OK;
+    int used[MAX_COPIES] = {0}, distinct = 0;
+    if (s->row.batch % s->row.copies != 0)
+        return fp4_fail(err, FP4_ERR_INTERNAL, "batch %d is not a multiple of %d copies",
+                        s->row.batch, s->row.copies);
+    FP4_CUDA_TRY(err, cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < s->row.batch && st == FP4_OK; i++) {
+        int c = i % s->row.copies;
+        if (!used[c]++) distinct++;
+        st = s->ops->run(s->plan, c, e->stream, err);
+    }
+    cudaError_t ce = cudaStreamEndCapture(e->stream, &graph);
+    if (st != FP4_OK) goto out;
+    if (ce != cudaSuccess) {
+        st = fp4_fail(err, FP4_ERR_CUDA, "graph capture of %s failed: %s", s->ops->name,
+                      cudaGetErrorString(ce));
+        goto out;
+    }
+    if (distinct != s->row.copies) {
+        st = fp4_fail(err, FP4_ERR_INTERNAL, "batch used %d of %d copies", distinct, s->row.copies);
+        goto out;
+    }
+    ce = cudaGraphInstantiate(&s->exec, graph, 0);
+    if (ce != cudaSuccess)
+        st = fp4_fail(err, FP4_ERR_CUDA, "graph instantiation failed: %s", cudaGetErrorString(ce));
+out:
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    return st;
+}
+
+static fp4_status time_graph(fp4_engine *e, slot *s, double *us, fp4_err *err)
+{
+    float ms = 0;
+    FP4_CUDA_TRY(err, cudaEventRecord(e->ev0, e->stream));
+    FP4_CUDA_TRY(err, cudaGraphLaunch(s->exec, e->stream));
+    FP4_CUDA_TRY(err, cudaEventRecord(e->ev1, e->stream));
+    FP4_CUDA_TRY(err, cudaEventSynchronize(e->ev1));
+    FP4_CUDA_TRY(err, cudaEventElapsedTime(&ms, e->ev0, e->ev1));
+    *us = (double)ms * 1e3 / s->row.batch;
+    return FP4_OK;
+}
+#endif
+
+/* Decide the batch (calls per sample) from a first estimate of one call. */
+static fp4_status plan_batch(fp4_engine *e, slot *s, fp4_err *err)
+{
+    if (!s->gpu) {
+        double t0 = now_s();
+        fp4_status st = s->ops->run(s->plan, 0, NULL, err);
+        s->t_est_us = (now_s() - t0) * 1e6;
+        s->row.batch = 1;
+        snprintf(s->row.timing, sizeof s->row.timing, "host");
+        return st;
+    }
+#ifdef FP4_HAVE_CUDA
+    double us = 0;
+    fp4_status st = time_launches(e, s, s->row.copies, 0, &us, err); /* first touch */
+    if (st == FP4_OK) st = time_launches(e, s, s->row.copies, 0, &us, err);
+    if (st != FP4_OK) return st;
+    s->t_est_us = us;
+    int reps = (int)ceil(TARGET_SAMPLE_US / (us * s->row.copies));
+    if (reps < 1) reps = 1;
+    while (reps > 1 && (long)reps * s->row.copies > MAX_BATCH) reps--;
+    s->row.batch = reps * s->row.copies;
+    if (e->set.use_graphs) {
+        st = capture_batch(e, s, err);
+        snprintf(s->row.timing, sizeof s->row.timing, "graph");
+    } else {
+        snprintf(s->row.timing, sizeof s->row.timing, "launch");
+    }
+    return st;
+#else
+    return fp4_fail(err, FP4_ERR_INTERNAL, "GPU backend in a CPU-only build");
+#endif
+}
+
+/* One timed sample of slot s (per-call microseconds). */
+static fp4_status take_sample(fp4_engine *e, slot *s, double *us, fp4_err *err)
+{
+    if (!s->gpu) {
+        double t0 = now_s();
+        fp4_status st = s->ops->run(s->plan, 0, NULL, err);
+        *us = (now_s() - t0) * 1e6;
+        return st;
+    }
+#ifdef FP4_HAVE_CUDA
+    if (e->set.use_graphs) return time_graph(e, s, us, err);
+    return time_launches(e, s, s->row.batch, !e->set.hot, us, err);
+#else
+    return fp4_fail(err, FP4_ERR_INTERNAL, "GPU backend in a CPU-only build");
+#endif
+}
+
+static void telemetry_sample(fp4_engine *e, slot *s)
+{
+    fp4_nvml_sample t;
+    if (!s->gpu || fp4_nvml_read(e->nvml, &t) != 0) return;
+    double *p = realloc(s->clock, (size_t)(s->ntel + 1) * sizeof *p);
+    if (!p) return;
+    s->clock = p;
+    s->clock[s->ntel++] = t.sm_mhz;
+    s->power_sum += t.power_w;
+    if (t.temp_c > s->temp_max) s->temp_max = t.temp_c;
+    s->mem_clock = t.mem_mhz;
+    s->row.tel.throttle_reasons |= t.reasons;
+}
+
+/* ---- one case ------------------------------------------------------------------------ */
+
+static void fill_metrics(const fp4_engine *e, const fp4_report *rep, slot *s)
+{
+    fp4_row *row = &s->row;
+    const fp4_ceilings *c = &rep->ceil;
+    double med = row->t.median;
+    row->flops = fp4_shape_flops(&row->shape);
+    row->bytes = s->ops->bytes_moved ? s->ops->bytes_moved(&row->shape)
+                                     : fp4_gemm_min_bytes(row->shape.m, row->shape.n, row->shape.k);
+    row->pct_peak = -1;
+    row->pct_roofline = -1;
+    if (!(med > 0)) return;
+    row->tflops = row->flops / (med * 1e-6) / 1e12;
+    row->gbps = row->bytes / (med * 1e-6) / 1e9;
+    double bw = c->measured && c->read_gbps > 0 ? c->read_gbps : e->dev.peak_bw_gbps;
+    double rate = 0, peak = 0;
+    switch (s->ops->math) {
+    case FP4_MATH_BF16_TC: rate = c->bf16_tflops; peak = e->dev.peak_bf16_tflops; break;
+    case FP4_MATH_FP8_TC: rate = c->fp8_tflops; peak = e->dev.peak_fp8_tflops; break;
+    case FP4_MATH_FP4_TC: rate = e->dev.peak_fp4_tflops; peak = rate; break;
+    default: break;
+    }
+    if (s->gpu && bw > 0) {
+        double floor_bw = row->bytes / (bw * 1e9) * 1e6;
+        double floor_fl = rate > 0 ? row->flops / (rate * 1e12) * 1e6 : 0;
+        row->floor_us = floor_bw > floor_fl ? floor_bw : floor_fl;
+        row->pct_roofline = 100.0 * row->floor_us / med;
+    }
+    if (peak > 0) row->pct_peak = 100.0 * row->tflops / peak;
+}
+
+static void fill_telemetry(slot *s, double warm_clock)
+{
+    fp4_telemetry *t = &s->row.tel;
+    if (s->ntel == 0) return;
+    t->valid = 1;
+    fp4_stats cs;
+    fp4_stats_compute(s->clock, s->ntel, &cs);
+    t->sm_clock_mhz = cs.median;
+    t->sm_clock_min_mhz = cs.min;
+    t->mem_clock_mhz = s->mem_clock;
+    t->power_w = s->power_sum / s->ntel;
+    t->temp_c = s->temp_max;
+    for (int i = 0; i < s->ntel; i++)
+        if (warm_clock > 0 && s->clock[i] < 0.9 * warm_clock) t->low_clock_samples++;
+}
+
+static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *stage)
+{
+    s->row.state = st == FP4_ERR_UNSUPPORTED ? FP4_ROW_UNSUPPORTED : FP4_ROW_FAILED;
+    if (s->row.state == FP4_ROW_UNSUPPORTED)
+        snprintf(s->row.reason, sizeof s->row.reason, "%s", fp4_err_text(err));
+    else
+        snprintf(s->row.reason, sizeof s->row.reason, "%s: %s", stage, fp4_err_text(err));
+    s->active = 0;
+}
+
+/* Verify one copy of slot s against r (NULL for reference backends). */
+static fp4_status verify_copy(fp4_engine *e, slot *s, const fp4_gemm_problem *p, int copy,
+                              const float *r, float *d, uint64_t seed, fp4_err *err)
+{
+    fp4_status st;
+    void *stream = NULL;
+    size_t n = (size_t)p->shape.m * (size_t)p->shape.n;
+#ifdef FP4_HAVE_CUDA
+    stream = e->stream;
+#endif
+    for (size_t i = 0; i < n; i++) d[i] = NAN; /* a backend that reads nothing back fails */
+    if ((st = s->ops->poison(s->plan, copy, stream, err)) != FP4_OK) return st;
+    if ((st = s->ops->run(s->plan, copy, stream, err)) != FP4_OK) return st;
+    if ((st = s->ops->read_output(s->plan, copy, d, err)) != FP4_OK) return st;
+    if (s->ops->flags & FP4_BACKEND_REFERENCE) {
+        char why[96];
+        int ok = spot_check_reference(p, d, seed, why, sizeof why);
+        s->row.verified = ok ? -1 : 0;
+        snprintf(s->row.verify_note, sizeof s->row.verify_note, "%s", why);
+        return ok ? FP4_OK : fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, why);
+    }
+    fp4_verdict v;
+    fp4_compare_outputs(d, r, n, s->ops->tol_max, s->ops->tol_norm, &v);
+    s->row.err_max = v.err_max;
+    s->row.err_norm = v.err_norm;
+    s->row.verified = v.pass;
+    snprintf(s->row.verify_note, sizeof s->row.verify_note, "%s", v.why);
+    return v.pass ? FP4_OK : fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, v.why);
+}
+
+static void slot_free(slot *s)
+{
+#ifdef FP4_HAVE_CUDA
+    if (s->exec) cudaGraphExecDestroy(s->exec);
+#endif
+    if (s->plan) s->ops->release(s->plan);
+    free(s->samples);
+    free(s->launch);
+    free(s->clock);
+    memset(s, 0, sizeof *s);
+}
+
+/* Interleaved timing of every active slot: warm-up by time, then rounds
+ * until every slot meets the stop rule or the measurement's time limit. */
+static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_clock, fp4_err *err)
+{
+    fp4_err serr;
+    double t0 = now_s();
+    int any;
+    /* warm-up: whole rounds until warmup_ms has passed, at least one */
+    do {
+        any = 0;
+        for (int i = 0; i < ns; i++) {
+            double us = 0;
+            if (!slots[i].active) continue;
+            any = 1;
+            fp4_status st = take_sample(e, &slots[i], &us, &serr);
+            if (st != FP4_OK) slot_fail(&slots[i], st, &serr, "warm-up");
+        }
+    } while (any && (now_s() - t0) * 1e3 < e->set.warmup_ms);
+    fp4_nvml_sample tel;
+    *warm_clock = fp4_nvml_read(e->nvml, &tel) == 0 ? tel.sm_mhz : 0;
+
+    t0 = now_s();
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < ns; i++) {
+            slot *s = &slots[i];
+            double us = 0;
+            if (!s->active) continue;
+            fp4_status st = take_sample(e, s, &us, &serr);
+            if (st != FP4_OK) {
+                slot_fail(s, st, &serr, "timing");
+                continue;
+            }
+            if ((st = push_sample(&s->samples, &s->ns, &s->cap, us, err)) != FP4_OK) return st;
+            telemetry_sample(e, s);
+            fp4_stats_compute(s->samples, s->ns, &s->row.t);
+            int timed_out = 0;
+            s->done = fp4_should_stop(&e->set.stop, &s->row.t, now_s() - t0, &timed_out);
+            s->row.timed_out = timed_out;
+            if (!s->done) running = 1;
+        }
+        if (!running) break;
+        /* the slowest slot decides; a slot that met its rule keeps sampling
+         * so that per-round ratios stay paired */
+        if (now_s() - t0 >= e->set.stop.max_time_s) {
+            for (int i = 0; i < ns; i++)
+                if (slots[i].active && !slots[i].done) slots[i].row.timed_out = 1;
+            break;
+        }
+    }
+#ifdef FP4_HAVE_CUDA
+    /* plain launches, for the launch-inclusive figure */
+    if (e->set.measure_launch && e->set.use_graphs) {
+        for (int r = 0; r < e->set.stop.min_samples; r++)
+            for (int i = 0; i < ns; i++) {
+                slot *s = &slots[i];
+                double us = 0;
+                int cap = s->nl;
+                if (!s->active || !s->gpu) continue;
+                if (time_launches(e, s, s->row.batch, !e->set.hot, &us, &serr) != FP4_OK) continue;
+                if (push_sample(&s->launch, &s->nl, &cap, us, err) != FP4_OK) return FP4_ERR_NOMEM;
+            }
+        for (int i = 0; i < ns; i++)
+            if (slots[i].nl) fp4_stats_compute(slots[i].launch, slots[i].nl, &slots[i].row.t_launch);
+    }
+#endif
+    return FP4_OK;
+}
+
+/* Per-round paired ratio baseline/this, median and 95% CI. */
+static void fill_ratio(slot *s, const slot *base)
+{
+    int n = s->ns < base->ns ? s->ns : base->ns;
+    if (n < 1 || !s->active || !base->active) return;
+    double *r = malloc((size_t)n * sizeof *r);
+    if (!r) return;
+    for (int i = 0; i < n; i++) r[i] = base->samples[i] / s->samples[i];
+    s->row.has_ratio = 1;
+    s->row.ratio = fp4_quantile(r, n, 0.5);
+    fp4_median_ci(r, n, &s->row.ratio_lo, &s->row.ratio_hi);
+    free(r);
+}
+
+static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_ops *const *backends,
+                           int nb, fp4_report *report, fp4_row_callback cb, void *user,
+                           int verify, fp4_err *err)
+{
+    fp4_status st;
+    fp4_matrix a = {0}, b = {0};
+    slot *slots = calloc((size_t)nb, sizeof *slots);
+    float *r = NULL, *d = NULL;
+    size_t n = (size_t)c->shape.m * (size_t)c->shape.n;
+    char oracle[16] = "";
+    double warm_clock = 0;
+    if (!slots) return fp4_fail(err, FP4_ERR_NOMEM, "no memory");
+    if ((st = fp4_shape_check(&c->shape, err)) != FP4_OK) goto out;
+    if ((st = fp4_make_operand(e->set.data, c->shape.m, c->shape.k,
+                               operand_seed(e->set.seed, &c->shape, 0), &a, err)) != FP4_OK)
+        goto out;
+    if ((st = fp4_make_operand(e->set.data, c->shape.n, c->shape.k,
+                               operand_seed(e->set.seed, &c->shape, 1), &b, err)) != FP4_OK)
+        goto out;
+    d = malloc(n * sizeof *d);
+    if (!d) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %zu-element output", n);
+        goto out;
+    }
+    fp4_gemm_problem p = {c->shape, &a, &b, a.global_scale * b.global_scale};
+
+    /* open, check, prepare, verify */
+    for (int i = 0; i < nb; i++) {
+        slot *s = &slots[i];
+        fp4_err berr;
+        void *inst = NULL;
+        fp4_err_clear(&berr);
+        s->ops = backends[i];
+        s->gpu = (s->ops->flags & FP4_BACKEND_GPU) != 0;
+        snprintf(s->row.label, sizeof s->row.label, "%s", c->label);
+        s->row.shape = c->shape;
+        snprintf(s->row.backend, sizeof s->row.backend, "%s", s->ops->name);
+        snprintf(s->row.l2, sizeof s->row.l2, "%s", !s->gpu ? "n/a" : e->set.hot ? "hot" : "cold");
+        s->row.pct_peak = s->row.pct_roofline = -1;
+        if ((st = instance_of(e, s->ops, &inst, &berr)) != FP4_OK) {
+            slot_fail(s, st, &berr, "open");
+            continue;
+        }
+        if (s->ops->supports && (st = s->ops->supports(inst, &c->shape, &berr)) != FP4_OK) {
+            slot_fail(s, st, &berr, "supports");
+            continue;
+        }
+        double bytes = s->ops->bytes_moved ? s->ops->bytes_moved(&c->shape)
+                                           : fp4_gemm_min_bytes(c->shape.m, c->shape.n, c->shape.k);
+        s->row.copies = s->gpu ? copies_for(e, bytes) : 1;
+        s->row.rotation_bytes = bytes * s->row.copies;
+        double t0 = now_s();
+        st = s->ops->prepare(inst, &p, s->row.copies, &s->plan, &berr);
+#ifdef FP4_HAVE_CUDA
+        if (st == FP4_OK && s->gpu && cudaDeviceSynchronize() != cudaSuccess)
+            st = fp4_fail(&berr, FP4_ERR_CUDA, "prepare left a CUDA error: %s",
+                          cudaGetErrorString(cudaGetLastError()));
+#endif
+        s->row.prepare_ms = (now_s() - t0) * 1e3;
+        if (st != FP4_OK) {
+            s->plan = NULL;
+            slot_fail(s, st, &berr, "prepare");
+            continue;
+        }
+        if (s->ops->variant)
+            snprintf(s->row.variant, sizeof s->row.variant, "%s", s->ops->variant(s->plan));
+        s->active = 1;
+        if (!verify) continue;
+        if (!(s->ops->flags & FP4_BACKEND_REFERENCE) && !r) {
+            r = malloc(n * sizeof *r);
+            if (!r) {
+                st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the reference");
+                goto out;
+            }
+            if ((st = compute_reference(e, &p, r, oracle, sizeof oracle, err)) != FP4_OK) goto out;
+        }
+        uint64_t spot_seed = operand_seed(e->set.seed, &c->shape, 2);
+        st = verify_copy(e, s, &p, 0, r, d, spot_seed, &berr);
+        if (st == FP4_OK && s->row.copies > 1)
+            st = verify_copy(e, s, &p, s->row.copies - 1, r, d, spot_seed, &berr);
+        if (st != FP4_OK) {
+            slot_fail(s, st, &berr, "verification");
+            continue;
+        }
+        if (oracle[0] && !(s->ops->flags & FP4_BACKEND_REFERENCE)) {
+            size_t len = strlen(s->row.verify_note);
+            snprintf(s->row.verify_note + len, sizeof s->row.verify_note - len, " vs %s", oracle);
+        }
+    }
+
+    /* time the verified ones together */
+    if (!e->set.verify_only) {
+        for (int i = 0; i < nb; i++) {
+            fp4_err berr;
+            if (!slots[i].active) continue;
+            if ((st = plan_batch(e, &slots[i], &berr)) != FP4_OK) slot_fail(&slots[i], st, &berr, "timing setup");
+        }
+        if ((st = time_slots(e, slots, nb, &warm_clock, err)) != FP4_OK) goto out;
+    }
+
+    const slot *base = NULL;
+    for (int i = 0; i < nb; i++)
+        if (e->set.baseline[0] && strcmp(slots[i].ops->name, e->set.baseline) == 0) base = &slots[i];
+    for (int i = 0; i < nb; i++) {
+        slot *s = &slots[i];
+        if (s->active && !e->set.verify_only) {
+            fill_metrics(e, report, s);
+            fill_telemetry(s, warm_clock);
+            if (base && base != s) fill_ratio(s, base);
+            if (base == s) {
+                s->row.has_ratio = 1;
+                s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 1.0;
+            }
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        slot *s = &slots[i];
+        { /* the row owns every sample; the JSON holds them with --samples */
+            s->row.samples = s->samples;
+            s->row.nsamples = s->ns;
+            s->samples = NULL;
+        }
+        if ((st = fp4_report_add(report, &s->row, err)) != FP4_OK) goto out;
+        if (cb) cb(report, &report->rows[report->nrows - 1], user);
+    }
+    st = FP4_OK;
+out:
+    for (int i = 0; i < nb; i++) slot_free(&slots[i]);
+    free(slots);
+    free(r);
+    free(d);
+    fp4_matrix_free(&a);
+    fp4_matrix_free(&b);
+    return st;
+}
+
+fp4_status fp4_engine_run_case(fp4_engine *e, const fp4_case *c, int case_index,
+                               const fp4_backend_ops *const *backends, int nbackends,
+                               fp4_report *report, fp4_row_callback cb, void *user, fp4_err *err)
+{
+    (void)case_index;
+    return run_case(e, c, backends, nbackends, report, cb, user, 1, err);
+}
+
+/* ---- ceilings ------------------------------------------------------------------------ */
+
+#ifdef FP4_HAVE_CUDA
+/* Rate of one backend at 8192^3 on random codes, timed like any row but not
+ * verified (the vendor GEMMs are the yardstick here, not the subject). */
+static double backend_rate(fp4_engine *e, const char *name)
+{
+    const fp4_backend_ops *ops = fp4_backend_find(name);
+    fp4_report tmp;
+    fp4_case c = {{8192, 8192, 8192}, "ceiling"};
+    fp4_settings saved = e->set;
+    double rate = 0;
+    if (!ops) return 0;
+    memset(&tmp, 0, sizeof tmp);
+    e->set.data = FP4_DATA_CODES; /* fast to make; random, never zeros */
+    e->set.hot = 0;
+    e->set.baseline[0] = '\0';
+    e->set.stop.max_time_s = 3;
+    if (run_case(e, &c, &ops, 1, &tmp, NULL, NULL, 0, NULL) == FP4_OK && tmp.nrows == 1 &&
+        tmp.rows[0].state == FP4_ROW_OK)
+        rate = tmp.rows[0].tflops;
+    e->set = saved;
+    fp4_report_free(&tmp);
+    return rate;
+}
+#endif
+
+fp4_status fp4_engine_measure_ceilings(fp4_engine *e, fp4_report *report, fp4_err *err)
+{
+    fp4_ceilings *c = &report->ceil;
+    memset(c, 0, sizeof *c);
+    if (!e->dev.present) return FP4_OK;
+#ifdef FP4_HAVE_CUDA
+    double best = 0, median = 0;
+    size_t bytes = (size_t)4 << 30; /* >= 4 GiB, far beyond any L2 */
+    if (e->dev.mem_bytes < 3.0 * (double)bytes) bytes = (size_t)(e->dev.mem_bytes / 3);
+    fp4_status st = fp4_probe_read_bandwidth(bytes, 10, &best, &median, err);
+    if (st != FP4_OK) return st;
+    c->read_gbps = median;
+    c->bf16_tflops = backend_rate(e, "cublas-bf16");
+    c->fp8_tflops = backend_rate(e, "cublaslt-fp8");
+    c->measured = 1;
+#endif
+    return FP4_OK;
+}

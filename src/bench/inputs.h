@@ -1,0 +1,30 @@
+/* Reproducible random NVFP4 operands for the benchmark (--data). */
+#ifndef FP4_BENCH_INPUTS_H
+#define FP4_BENCH_INPUTS_H
+
+#include <stdint.h>
+
+#include "fp4/bench.h"
+#include "fp4/format.h"
+
+/* A small, fast, seedable generator (xoshiro256**), owned by its user. */
+typedef struct fp4_rng {
+    uint64_t s[4];
+} fp4_rng;
+
+void fp4_rng_seed(fp4_rng *r, uint64_t seed);
+uint64_t fp4_rng_next(fp4_rng *r);
+double fp4_rng_uniform(fp4_rng *r);  /* [0, 1) */
+float fp4_rng_normal(fp4_rng *r);    /* standard normal */
+
+/* A [rows, cols] NVFP4 operand of the given kind from seed:
+ *  gaussian: bf16 N(0,1) data quantized with fp4_quantize_bf16;
+ *  codes:    uniform random codes, uniform scale bytes in [0x01, 0x7E], global
+ *            scale 1/2688 (what a torch.randint script feeds a kernel);
+ *  outliers: like gaussian, but 1 in 32 columns (channels) scaled by 30 and
+ *            Student-t (3 d.o.f.) tails elsewhere, as activations with outlier
+ *            channels look. Never all zeros. */
+fp4_status fp4_make_operand(fp4_data_kind kind, int64_t rows, int64_t cols, uint64_t seed,
+                            fp4_matrix *out, fp4_err *err);
+
+#endif

@@ -1,0 +1,50 @@
+/* fp4bench compare OLD.json NEW.json: per-row ratios, exit 1 on regression. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "fp4/bench.h"
+
+static const char compare_usage[] =
+    "usage: fp4bench compare OLD.json NEW.json [--threshold F]\n"
+    "\n"
+    "Match rows by (backend, label, shape, L2 mode) and print new/old median ratios with a\n"
+    "noise-aware verdict. Exit 1 when any row slowed down by more than the threshold\n"
+    "(default 0.05 = 5%) beyond its measured noise, or went from ok to FAILED/unsupported.\n";
+
+int cmd_compare(int argc, char **argv)
+{
+    cli_args a = {argc, argv, 1, "fp4bench compare"};
+    const char *files[2] = {NULL, NULL}, *v;
+    int nfiles = 0;
+    fp4_compare_opts opts = {0.05};
+    fp4_report old_r, new_r;
+    fp4_err err;
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(compare_usage, stdout);
+            return 0;
+        } else if (cli_value(&a, "--threshold", &v)) {
+            opts.threshold = cli_double(&a, "--threshold", v);
+            if (opts.threshold < 0) cli_usage_error(&a, "--threshold must be >= 0");
+        } else if (argv[a.i][0] == '-') {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        } else {
+            if (nfiles == 2) cli_usage_error(&a, "expects exactly two JSON files");
+            files[nfiles++] = argv[a.i++];
+        }
+    }
+    if (nfiles != 2) cli_usage_error(&a, "expects two JSON files: OLD.json NEW.json");
+    memset(&old_r, 0, sizeof old_r);
+    memset(&new_r, 0, sizeof new_r);
+    if (fp4_report_read_json(files[0], &old_r, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (fp4_report_read_json(files[1], &new_r, &err) != FP4_OK) {
+        fp4_report_free(&old_r);
+        cli_die(a.cmd, &err);
+    }
+    int regressions = fp4_report_compare(stdout, &old_r, &new_r, &opts, &err);
+    fp4_report_free(&old_r);
+    fp4_report_free(&new_r);
+    if (regressions < 0) cli_die(a.cmd, &err);
+    return regressions > 0 ? EXIT_CHECK : 0;
+}

@@ -1,0 +1,278 @@
+/* fp4bench run (and the default suite): measure cases on backends and report. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/device.h"
+#include "cli/cli.h"
+#include "fp4/backend.h"
+#include "fp4/engine.h"
+#include "fp4/shapes.h"
+
+#define MAX_BACKENDS 32
+#define MAX_PLUGINS 8
+
+static const char run_usage[] =
+    "usage: fp4bench run [OPTIONS]\n"
+    "\n"
+    "Measure NVFP4 GEMMs D[M,N] = A[M,K] * B[N,K]^T on backends: each backend is verified\n"
+    "against the exact reference on poisoned output before it is timed; verified backends\n"
+    "are timed interleaved (A B C A B C ...), cold L2, in CUDA graphs.\n"
+    "\n"
+    "workload (default: --preset seed; several may be combined):\n"
+    "  --shape MxNxK[,MxNxK...]   explicit shapes, e.g. 16x2048x6144,64x768x6144\n"
+    "  --preset NAME              seed | sweep-m | targets | models | odd (fp4bench list shows them)\n"
+    "  --spec FILE                one problem per line: M N K [label]; '#' comments\n"
+    "backends:\n"
+    "  --backend a,b,...          names from fp4bench list, or 'all' (default: every GPU backend\n"
+    "                             when a GPU is present, else cpu-ref)\n"
+    "  --plugin FILE.so           load an external backend (repeatable)\n"
+    "  --baseline NAME            the ratio column is baseline time / backend time\n"
+    "                             (default cublas-bf16 when it is measured)\n"
+    "measurement:\n"
+    "  --data gaussian|codes|outliers   operand data (default gaussian)\n"
+    "  --seed N                   operand seed (default 1)\n"
+    "  --hot                      L2-resident operands (default: cold L2, >= 3x L2 rotated)\n"
+    "  --no-graphs                time plain launches instead of CUDA-graph batches\n"
+    "  --launch                   also report plain-launch time beside the graph time\n"
+    "  --warmup-ms MS             warm-up time per case (default 200)\n"
+    "  --min-samples N            at least N samples (default 10)\n"
+    "  --noise F                  stop when the median's relative CI half-width < F (default 0.005)\n"
+    "  --max-time S               time limit per measurement in seconds (default 10; 3 without GPU)\n"
+    "  --no-ceilings              do not measure bandwidth / tensor-rate ceilings\n"
+    "  --verify-only              verify every backend, do not time\n"
+    "output:\n"
+    "  --json FILE                versioned JSON (docs/JSON.md), rewritten after every row\n"
+    "  --csv FILE                 CSV, one line per row, flushed as it goes\n"
+    "  --samples                  keep every sample in the JSON\n"
+    "  --quiet                    no progress line\n"
+    "\n"
+    "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage, 3 runtime error\n";
+
+typedef struct run_ctx {
+    const char *json_path;
+    FILE *csv;
+    int progress;
+    int total, done;
+    fp4_err err;
+    int write_failed;
+} run_ctx;
+
+static void on_row(const fp4_report *report, const fp4_row *row, void *user)
+{
+    run_ctx *ctx = user;
+    fp4_err err;
+    ctx->done++;
+    if (ctx->json_path && !ctx->write_failed &&
+        fp4_report_write_json(ctx->json_path, report, &err) != FP4_OK) {
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+        ctx->write_failed = 1;
+    }
+    if (ctx->csv && fp4_csv_write_row(ctx->csv, row, &err) != FP4_OK)
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+    if (ctx->progress) {
+        fprintf(stderr, "\r\033[K[%d/%d] %s %lldx%lldx%lld %s: %s", ctx->done, ctx->total,
+                row->label, (long long)row->shape.m, (long long)row->shape.n,
+                (long long)row->shape.k, row->backend, fp4_row_state_name(row->state));
+        fflush(stderr);
+    }
+}
+
+/* Add the comma-separated backend names to list. */
+static void add_backends(const cli_args *a, const char *names, const fp4_backend_ops **list,
+                         int *n)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", names);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "all") == 0) {
+            for (int i = 0; i < fp4_backend_count() && *n < MAX_BACKENDS; i++)
+                list[(*n)++] = fp4_backend_at(i);
+            continue;
+        }
+        const fp4_backend_ops *ops = fp4_backend_find(t);
+        if (!ops) {
+            char known[256] = "";
+            for (int i = 0; i < fp4_backend_count(); i++) {
+                strncat(known, fp4_backend_at(i)->name, sizeof known - strlen(known) - 1);
+                strncat(known, i + 1 < fp4_backend_count() ? ", " : "", sizeof known - strlen(known) - 1);
+            }
+            cli_usage_error(a, "--backend: unknown backend '%s' (known: %s)", t, known);
+        }
+        if (*n < MAX_BACKENDS) list[(*n)++] = ops;
+    }
+}
+
+static void now_iso(char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int cmd_run(int argc, char **argv, int default_suite)
+{
+    cli_args a = {argc, argv, 1, "fp4bench run"};
+    fp4_settings set;
+    fp4_case_list cases = {0};
+    const fp4_backend_ops *backends[MAX_BACKENDS];
+    void *plugin_handles[MAX_PLUGINS];
+    int nbackends = 0, nplugins = 0, max_time_given = 0, no_ceilings = 0, quiet = 0;
+    const char *v, *csv_path = NULL, *backend_arg = NULL;
+    fp4_err err;
+    fp4_report report;
+    fp4_engine *engine = NULL;
+    run_ctx ctx;
+    int rc = 0;
+
+    if (default_suite) a.cmd = "fp4bench";
+    memset(&ctx, 0, sizeof ctx);
+    memset(&report, 0, sizeof report);
+    fp4_settings_default(&set);
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(run_usage, stdout);
+            return 0;
+        } else if (cli_value(&a, "--shape", &v)) {
+            if (fp4_cases_parse_shapes(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "%s", err.msg);
+        } else if (cli_value(&a, "--preset", &v)) {
+            if (fp4_cases_from_preset(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "--preset: %s", err.msg);
+        } else if (cli_value(&a, "--spec", &v)) {
+            if (fp4_cases_from_spec(&cases, v, &err) != FP4_OK) cli_die(a.cmd, &err);
+        } else if (cli_value(&a, "--backend", &v)) {
+            backend_arg = v;
+            add_backends(&a, v, backends, &nbackends);
+        } else if (cli_value(&a, "--plugin", &v)) {
+            const fp4_backend_ops *ops;
+            if (nplugins == MAX_PLUGINS) cli_usage_error(&a, "--plugin: at most %d plugins", MAX_PLUGINS);
+            if (fp4_backend_load(v, &ops, &plugin_handles[nplugins], &err) != FP4_OK) cli_die(a.cmd, &err);
+            nplugins++;
+            if (nbackends < MAX_BACKENDS) backends[nbackends++] = ops;
+        } else if (cli_value(&a, "--baseline", &v)) {
+            snprintf(set.baseline, sizeof set.baseline, "%s", v);
+        } else if (cli_value(&a, "--json", &v)) {
+            ctx.json_path = v;
+        } else if (cli_value(&a, "--csv", &v)) {
+            csv_path = v;
+        } else if (cli_value(&a, "--seed", &v)) {
+            set.seed = (uint64_t)cli_int(&a, "--seed", v);
+        } else if (cli_value(&a, "--data", &v)) {
+            if (fp4_data_kind_parse(v, &set.data) != 0)
+                cli_usage_error(&a, "--data: unknown kind '%s' (gaussian, codes, outliers)", v);
+        } else if (cli_flag(&a, "--hot")) {
+            set.hot = 1;
+        } else if (cli_flag(&a, "--no-graphs")) {
+            set.use_graphs = 0;
+        } else if (cli_flag(&a, "--launch")) {
+            set.measure_launch = 1;
+        } else if (cli_value(&a, "--warmup-ms", &v)) {
+            set.warmup_ms = cli_double(&a, "--warmup-ms", v);
+            if (set.warmup_ms < 0) cli_usage_error(&a, "--warmup-ms must be >= 0");
+        } else if (cli_value(&a, "--min-samples", &v)) {
+            set.stop.min_samples = (int)cli_int(&a, "--min-samples", v);
+            if (set.stop.min_samples < 1 || set.stop.min_samples > 100000)
+                cli_usage_error(&a, "--min-samples must be in 1..100000");
+        } else if (cli_value(&a, "--noise", &v)) {
+            set.stop.noise_target = cli_double(&a, "--noise", v);
+            if (set.stop.noise_target <= 0) cli_usage_error(&a, "--noise must be > 0");
+        } else if (cli_value(&a, "--max-time", &v)) {
+            set.stop.max_time_s = cli_double(&a, "--max-time", v);
+            if (set.stop.max_time_s <= 0) cli_usage_error(&a, "--max-time must be > 0");
+            max_time_given = 1;
+        } else if (cli_flag(&a, "--no-ceilings")) {
+            no_ceilings = 1;
+        } else if (cli_flag(&a, "--verify-only")) {
+            set.verify_only = 1;
+        } else if (cli_flag(&a, "--samples")) {
+            set.keep_samples = 1;
+        } else if (cli_flag(&a, "--quiet")) {
+            quiet = 1;
+        } else {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        }
+    }
+    (void)backend_arg;
+    if (cases.count == 0 && fp4_cases_from_preset(&cases, "seed", &err) != FP4_OK) cli_die(a.cmd, &err);
+
+    /* the engine looks for the GPU; defaults depend on what it finds */
+    fp4_device_info probe;
+    fp4_device_describe(&probe);
+    if (!probe.present && !max_time_given) set.stop.max_time_s = 3;
+    set.measure_ceilings = !no_ceilings && probe.present;
+    if (nbackends == 0) {
+        for (int i = 0; i < fp4_backend_count(); i++) {
+            const fp4_backend_ops *ops = fp4_backend_at(i);
+            int gpu = (ops->flags & FP4_BACKEND_GPU) != 0;
+            if (probe.present ? gpu : !gpu) backends[nbackends++] = ops;
+        }
+    }
+    if (!set.baseline[0]) {
+        for (int i = 0; i < nbackends; i++)
+            if (strcmp(backends[i]->name, "cublas-bf16") == 0)
+                snprintf(set.baseline, sizeof set.baseline, "cublas-bf16");
+    } else {
+        int found = 0;
+        for (int i = 0; i < nbackends; i++) found |= strcmp(backends[i]->name, set.baseline) == 0;
+        if (!found) cli_usage_error(&a, "--baseline '%s' is not among the measured backends", set.baseline);
+    }
+    if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
+
+    snprintf(report.version, sizeof report.version, "%s", FP4_VERSION);
+    snprintf(report.commit, sizeof report.commit, "%s", FP4_GIT_COMMIT);
+    now_iso(report.started, sizeof report.started);
+    if (gethostname(report.host, sizeof report.host) != 0) report.host[0] = '\0';
+    report.host[sizeof report.host - 1] = '\0';
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(report.command);
+        snprintf(report.command + len, sizeof report.command - len, "%s%s", i ? " " : "",
+                 default_suite && i == 0 ? "fp4bench" : argv[i]);
+    }
+
+    if (csv_path) {
+        ctx.csv = fopen(csv_path, "w");
+        if (!ctx.csv) {
+            fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
+            cli_die(a.cmd, &err);
+        }
+        if (fp4_csv_write_header(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+    }
+    ctx.progress = !quiet && isatty(2);
+    ctx.total = cases.count * nbackends;
+
+    if (set.measure_ceilings) {
+        if (ctx.progress) fprintf(stderr, "measuring ceilings (read bandwidth, bf16/fp8 rates)...");
+        if (fp4_engine_measure_ceilings(engine, &report, &err) != FP4_OK)
+            fprintf(stderr, "fp4bench: warning: ceilings not measured: %s\n", fp4_err_text(&err));
+    }
+    fp4_report_print_header(stdout, &report);
+    fflush(stdout);
+    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+        cli_die(a.cmd, &err);
+
+    for (int i = 0; i < cases.count; i++) {
+        if (fp4_engine_run_case(engine, &cases.items[i], i, backends, nbackends, &report, on_row,
+                                &ctx, &err) != FP4_OK) {
+            if (ctx.progress) fputc('\n', stderr);
+            fprintf(stderr, "%s: error: case %s %lldx%lldx%lld: %s\n", a.cmd, cases.items[i].label,
+                    (long long)cases.items[i].shape.m, (long long)cases.items[i].shape.n,
+                    (long long)cases.items[i].shape.k, fp4_err_text(&err));
+            rc = EXIT_RUNTIME;
+            break;
+        }
+    }
+    if (ctx.progress) fputs("\r\033[K", stderr);
+    fp4_report_print_table(stdout, &report);
+    for (int i = 0; i < report.nrows; i++)
+        if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
+    if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
+
+    if (ctx.csv) fclose(ctx.csv);
+    fp4_engine_destroy(engine);
+    fp4_report_free(&report);
+    fp4_cases_free(&cases);
+    for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);
+    return rc;
+}

@@ -1,0 +1,243 @@
+/* fp4bench quantize / gemm / check: real tensors in files. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "fp4/backend.h"
+#include "fp4/engine.h"
+#include "fp4/io.h"
+
+static const char quantize_usage[] =
+    "usage: fp4bench quantize --in X.npy --out W.safetensors [--encode-scale F] [--input-scale F]\n"
+    "\n"
+    "Quantize a 2-D float32/float16/bf16 .npy [rows, K] (K a multiple of 16) to NVFP4 the way\n"
+    "inference engines do (global encode scale 2688/amax unless --encode-scale is given) and\n"
+    "write a ModelOpt-style safetensors: weight U8 [rows, K/2], weight_scale F8_E4M3\n"
+    "[rows, K/16], weight_scale_2 F32 (decode scale), input_scale F32 if given.\n";
+
+static const char gemm_usage[] =
+    "usage: fp4bench gemm --a A.safetensors --b B.safetensors --out D.npy [--backend NAME]\n"
+    "\n"
+    "D[M,N] = A[M,K] * B[N,K]^T * alpha (alpha = product of the weight_scale_2 values), written\n"
+    "as float32 .npy. Default backend cpu-ref (exact). Other backends are verified against the\n"
+    "reference after running; exit 1 if their result is out of tolerance.\n";
+
+static const char check_usage[] =
+    "usage: fp4bench check --a A.safetensors --b B.safetensors --d THEIRS.npy\n"
+    "                      [--tol-max F] [--tol-norm F]\n"
+    "\n"
+    "Compare another kernel's output D [M,N] (float32/float16/bf16 .npy) with the exact\n"
+    "reference for A and B. Prints max|D-R|/max|R|, ||D-R||/||R|| and NaN/Inf counts.\n"
+    "Defaults: --tol-max 0.01 --tol-norm 0.005 (a bf16 output with fp32 accumulation).\n"
+    "Exit 0 when within tolerance, 1 on mismatch.\n";
+
+int cmd_quantize(int argc, char **argv)
+{
+    cli_args a = {argc, argv, 1, "fp4bench quantize"};
+    const char *in = NULL, *out = NULL, *v;
+    float encode_scale = 0, input_scale = -1;
+    float *x = NULL, *dq = NULL;
+    int64_t rows, cols;
+    fp4_matrix m;
+    fp4_err err;
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(quantize_usage, stdout);
+            return 0;
+        } else if (cli_value(&a, "--in", &v)) {
+            in = v;
+        } else if (cli_value(&a, "--out", &v)) {
+            out = v;
+        } else if (cli_value(&a, "--encode-scale", &v)) {
+            encode_scale = (float)cli_double(&a, "--encode-scale", v);
+            if (!(encode_scale > 0)) cli_usage_error(&a, "--encode-scale must be > 0");
+        } else if (cli_value(&a, "--input-scale", &v)) {
+            input_scale = (float)cli_double(&a, "--input-scale", v);
+            if (!(input_scale > 0)) cli_usage_error(&a, "--input-scale must be > 0");
+        } else {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        }
+    }
+    if (!in) cli_usage_error(&a, "--in is required");
+    if (!out) cli_usage_error(&a, "--out is required");
+    if (fp4_npy_read_matrix_f32(in, &x, &rows, &cols, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (fp4_quantize_f32(x, rows, cols, encode_scale, &m, &err) != FP4_OK) {
+        fp4_err named;
+        free(x);
+        fp4_fail(&named, err.status, "%s: %s", in, fp4_err_text(&err));
+        cli_die(a.cmd, &named);
+    }
+    if (fp4_nvfp4_save(out, &m, input_scale, &err) != FP4_OK) cli_die(a.cmd, &err);
+    /* how much quantization changed the tensor */
+    double num = 0, den = 0, amax = 0;
+    dq = malloc((size_t)rows * (size_t)cols * sizeof *dq);
+    if (dq && fp4_dequantize_f32(&m, dq, &err) == FP4_OK) {
+        for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
+            num += (double)(dq[i] - x[i]) * (dq[i] - x[i]);
+            den += (double)x[i] * x[i];
+            if (fabs(x[i]) > amax) amax = fabs(x[i]);
+        }
+    }
+    printf("%s [%lld, %lld] -> %s: weight U8 [%lld, %lld], weight_scale F8_E4M3 [%lld, %lld], "
+           "weight_scale_2 %.9g\n",
+           in, (long long)rows, (long long)cols, out, (long long)rows, (long long)(cols / 2),
+           (long long)rows, (long long)(cols / 16), m.global_scale);
+    printf("amax %.6g; quantization error ||Q-X||/||X|| = %.4g\n", amax,
+           den > 0 ? sqrt(num / den) : 0.0);
+    free(dq);
+    free(x);
+    fp4_matrix_free(&m);
+    return 0;
+}
+
+/* Load A and B and check they can be multiplied. */
+static void load_operands(cli_args *a, const char *pa, const char *pb, fp4_matrix *ma,
+                          fp4_matrix *mb)
+{
+    fp4_err err;
+    if (!pa) cli_usage_error(a, "--a is required");
+    if (!pb) cli_usage_error(a, "--b is required");
+    if (fp4_nvfp4_load(pa, ma, &err) != FP4_OK) cli_die(a->cmd, &err);
+    if (fp4_nvfp4_load(pb, mb, &err) != FP4_OK) cli_die(a->cmd, &err);
+    if (ma->cols != mb->cols) {
+        fp4_fail(&err, FP4_ERR_SHAPE, "%s has K=%lld but %s has K=%lld", pa, (long long)ma->cols,
+                 pb, (long long)mb->cols);
+        cli_die(a->cmd, &err);
+    }
+}
+
+static float *reference_of(const cli_args *a, const fp4_matrix *ma, const fp4_matrix *mb)
+{
+    fp4_err err;
+    float *r = malloc((size_t)ma->rows * (size_t)mb->rows * sizeof *r);
+    if (!r) {
+        fp4_fail(&err, FP4_ERR_NOMEM, "no memory for the reference output");
+        cli_die(a->cmd, &err);
+    }
+    if (fp4_gemm_reference(ma, mb, ma->global_scale * mb->global_scale, r, 0, &err) != FP4_OK)
+        cli_die(a->cmd, &err);
+    return r;
+}
+
+int cmd_gemm(int argc, char **argv)
+{
+    cli_args a = {argc, argv, 1, "fp4bench gemm"};
+    const char *pa = NULL, *pb = NULL, *out = NULL, *name = "cpu-ref", *v;
+    fp4_matrix ma, mb;
+    fp4_err err;
+    void *inst = NULL, *plan = NULL;
+    int rc = 0;
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(gemm_usage, stdout);
+            return 0;
+        } else if (cli_value(&a, "--a", &v)) {
+            pa = v;
+        } else if (cli_value(&a, "--b", &v)) {
+            pb = v;
+        } else if (cli_value(&a, "--out", &v)) {
+            out = v;
+        } else if (cli_value(&a, "--backend", &v)) {
+            name = v;
+        } else {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        }
+    }
+    const fp4_backend_ops *ops = fp4_backend_find(name);
+    if (!ops) cli_usage_error(&a, "--backend: unknown backend '%s' (see fp4bench list)", name);
+    if (!out) cli_usage_error(&a, "--out is required");
+    load_operands(&a, pa, pb, &ma, &mb);
+    fp4_shape shape = {ma.rows, mb.rows, ma.cols};
+    fp4_gemm_problem p = {shape, &ma, &mb, ma.global_scale * mb.global_scale};
+    size_t n = (size_t)shape.m * (size_t)shape.n;
+    float *d = malloc(n * sizeof *d);
+    if (!d) {
+        fp4_fail(&err, FP4_ERR_NOMEM, "no memory for the output");
+        cli_die(a.cmd, &err);
+    }
+    fp4_status st = ops->open(&inst, &err);
+    if (st == FP4_OK && ops->supports) st = ops->supports(inst, &shape, &err);
+    if (st == FP4_OK) st = ops->prepare(inst, &p, 1, &plan, &err);
+    if (st == FP4_OK) st = ops->poison(plan, 0, NULL, &err);
+    if (st == FP4_OK) st = ops->run(plan, 0, NULL, &err);
+    if (st == FP4_OK) st = ops->read_output(plan, 0, d, &err);
+    if (plan) ops->release(plan);
+    if (st != FP4_OK) {
+        fp4_err named;
+        fp4_fail(&named, st, "backend %s: %s", name, fp4_err_text(&err));
+        cli_die(a.cmd, &named);
+    }
+    ops->close(inst);
+    fp4_tensor t = {.dtype = FP4_DT_F32, .ndim = 2, .shape = {shape.m, shape.n}, .data = d,
+                    .nbytes = n * sizeof *d};
+    if (fp4_npy_write(out, &t, &err) != FP4_OK) cli_die(a.cmd, &err);
+    printf("D [%lld, %lld] float32 -> %s (backend %s, alpha %.9g)\n", (long long)shape.m,
+           (long long)shape.n, out, name, p.alpha);
+    if (!(ops->flags & FP4_BACKEND_REFERENCE)) {
+        fp4_verdict vd;
+        float *r = reference_of(&a, &ma, &mb);
+        fp4_compare_outputs(d, r, n, ops->tol_max, ops->tol_norm, &vd);
+        printf("verified against cpu-ref: %s: %s\n", vd.pass ? "ok" : "MISMATCH", vd.why);
+        rc = vd.pass ? 0 : EXIT_CHECK;
+        free(r);
+    }
+    free(d);
+    fp4_matrix_free(&ma);
+    fp4_matrix_free(&mb);
+    return rc;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    cli_args a = {argc, argv, 1, "fp4bench check"};
+    const char *pa = NULL, *pb = NULL, *pd = NULL, *v;
+    double tol_max = 0.01, tol_norm = 0.005;
+    fp4_matrix ma, mb;
+    fp4_err err;
+    float *d = NULL;
+    int64_t rows, cols;
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(check_usage, stdout);
+            return 0;
+        } else if (cli_value(&a, "--a", &v)) {
+            pa = v;
+        } else if (cli_value(&a, "--b", &v)) {
+            pb = v;
+        } else if (cli_value(&a, "--d", &v)) {
+            pd = v;
+        } else if (cli_value(&a, "--tol-max", &v)) {
+            tol_max = cli_double(&a, "--tol-max", v);
+            if (tol_max < 0) cli_usage_error(&a, "--tol-max must be >= 0");
+        } else if (cli_value(&a, "--tol-norm", &v)) {
+            tol_norm = cli_double(&a, "--tol-norm", v);
+            if (tol_norm < 0) cli_usage_error(&a, "--tol-norm must be >= 0");
+        } else {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        }
+    }
+    if (!pd) cli_usage_error(&a, "--d is required");
+    load_operands(&a, pa, pb, &ma, &mb);
+    if (fp4_npy_read_matrix_f32(pd, &d, &rows, &cols, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (rows != ma.rows || cols != mb.rows) {
+        fp4_fail(&err, FP4_ERR_DTYPE, "%s is [%lld, %lld], expected [%lld, %lld] (M from --a, N from --b)",
+                 pd, (long long)rows, (long long)cols, (long long)ma.rows, (long long)mb.rows);
+        cli_die(a.cmd, &err);
+    }
+    float *r = reference_of(&a, &ma, &mb);
+    fp4_verdict vd;
+    size_t n = (size_t)rows * (size_t)cols;
+    fp4_compare_outputs(d, r, n, tol_max, tol_norm, &vd);
+    printf("%s [%lld, %lld] vs exact reference: max|D-R|/max|R| = %.3g (tol %.3g), "
+           "||D-R||/||R|| = %.3g (tol %.3g), NaN/Inf %lld, zeros %lld of %zu\n",
+           pd, (long long)rows, (long long)cols, vd.err_max, tol_max, vd.err_norm, tol_norm,
+           vd.nonfinite, vd.zeros_d, n);
+    printf("%s%s%s\n", vd.pass ? "PASS" : "FAIL", vd.pass ? "" : ": ", vd.pass ? "" : vd.why);
+    free(r);
+    free(d);
+    fp4_matrix_free(&ma);
+    fp4_matrix_free(&mb);
+    return vd.pass ? 0 : EXIT_CHECK;
+}

@@ -1,0 +1,632 @@
+/* .safetensors files and NVFP4 checkpoints in them.
+ *
+ * A .safetensors file is: a u64 LE header length N, N bytes of JSON (padded
+ * with spaces), then the data section. The JSON maps each tensor name to
+ * {"dtype": "F32", "shape": [3, 4], "data_offsets": [begin, end]}, offsets
+ * relative to the data section; an optional "__metadata__" maps strings to
+ * strings. As the reference implementation does, reading requires the tensors
+ * to cover the data section exactly, without gaps or overlaps, so truncated
+ * and corrupted files are caught (FP4_ERR_FORMAT). */
+#include "fp4/io.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cjson/cJSON.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fp4bench reads and writes little-endian files by memcpy: a little-endian host is needed"
+#endif
+
+#define ST_HEADER_CAP 100000000ull   /* the reference implementation's limit */
+#define ST_MAX_INT 9007199254740992.0 /* 2^53: integers exact in a JSON double */
+#define ST_ALIGN 8
+
+/* ---- file helpers ---------------------------------------------------------- */
+
+/* Open path for reading and get its size; the file must be a regular file.
+ * On failure *fp is NULL and err says why (FP4_ERR_IO). */
+static fp4_status open_sized(const char *path, FILE **fp, long long *size, fp4_err *err)
+{
+    struct stat st;
+    FILE *f = fopen(path, "rb");
+    *fp = NULL;
+    if (!f) return fp4_fail(err, FP4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        fclose(f);
+        return fp4_fail(err, FP4_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(f);
+        return fp4_fail(err, FP4_ERR_IO, "%s: not a regular file", path);
+    }
+    *fp = f;
+    *size = (long long)st.st_size;
+    return FP4_OK;
+}
+
+/* Read exactly n bytes at the current position (sizes were checked first). */
+static fp4_status read_exact(FILE *f, void *buf, size_t n, const char *path, fp4_err *err)
+{
+    if (n == 0) return FP4_OK;
+    if (fread(buf, 1, n, f) != n) {
+        if (ferror(f))
+            return fp4_fail(err, FP4_ERR_IO, "%s: read error: %s", path, strerror(errno));
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: the file ended while reading %zu bytes",
+                        path, n);
+    }
+    return FP4_OK;
+}
+
+/* ---- header parsing ---------------------------------------------------------- */
+
+/* A tensor entry of the header with its data range. */
+typedef struct st_entry {
+    fp4_tensor *t;
+    unsigned long long begin, end;
+} st_entry;
+
+/* The dtype named s in safetensors spelling; -1 when fp4bench has no such dtype. */
+static int dtype_from_name(const char *s, fp4_dtype *t)
+{
+    for (int i = 0; i < FP4_DT_COUNT; i++) {
+        if (strcmp(s, fp4_dtype_name((fp4_dtype)i)) == 0) {
+            *t = (fp4_dtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A JSON number that is a non-negative integer exactly representable (<= 2^53). */
+static int json_uint(const cJSON *j, unsigned long long *v)
+{
+    double d;
+    if (!cJSON_IsNumber(j)) return -1;
+    d = j->valuedouble;
+    if (!(d >= 0.0 && d <= ST_MAX_INT) || d != floor(d)) return -1;
+    *v = (unsigned long long)d;
+    return 0;
+}
+
+/* Fill e->t (name, dtype, shape, nbytes) and the offsets from the header
+ * entry j. Does not allocate data. */
+static fp4_status parse_entry(const cJSON *j, st_entry *e, const char *path, fp4_err *err)
+{
+    const char *name = j->string;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+    const cJSON *x;
+    fp4_tensor *t = e->t;
+    size_t numel = 1;
+    int n;
+
+    if (strlen(name) >= FP4_TENSOR_NAME_LEN)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "%s: tensor name '%.40s...' longer than %d bytes",
+                        path, name, FP4_TENSOR_NAME_LEN - 1);
+    memcpy(t->name, name, strlen(name) + 1);
+    if (!cJSON_IsObject(j))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' is not a JSON object", path, name);
+    if (!cJSON_IsString(dt))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has no \"dtype\" string", path, name);
+    if (!cJSON_IsArray(sh))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has no \"shape\" list", path, name);
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has no \"data_offsets\" pair", path, name);
+    if (dtype_from_name(dt->valuestring, &t->dtype))
+        return fp4_fail(err, FP4_ERR_DTYPE,
+                        "%s: tensor '%s' has dtype %.32s, not one fp4bench reads (U8, F8_E4M3, F16, BF16, F32)",
+                        path, name, dt->valuestring);
+    n = cJSON_GetArraySize(sh);
+    if (n > FP4_MAX_DIMS)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions, at most %d supported",
+                        path, name, n, FP4_MAX_DIMS);
+    t->ndim = 0;
+    cJSON_ArrayForEach(x, sh) {
+        unsigned long long d;
+        if (json_uint(x, &d))
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has a shape entry that is not a non-negative integer",
+                            path, name);
+        t->shape[t->ndim++] = (int64_t)d;
+        if (fp4_size_mul(numel, (size_t)d, &numel))
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s': shape element count overflows", path, name);
+    }
+    if (fp4_size_mul(numel, fp4_dtype_size(t->dtype), &t->nbytes) || t->nbytes > (size_t)INT64_MAX)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s': shape byte count overflows", path, name);
+    if (json_uint(cJSON_GetArrayItem(off, 0), &e->begin) ||
+        json_uint(cJSON_GetArrayItem(off, 1), &e->end))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has data_offsets that are not non-negative integers",
+                        path, name);
+    if (e->begin > e->end)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has data_offsets [%llu, %llu], begin after end",
+                        path, name, e->begin, e->end);
+    if (e->end - e->begin != (unsigned long long)t->nbytes)
+        return fp4_fail(err, FP4_ERR_FORMAT,
+                        "%s: tensor '%s' has data_offsets spanning %llu bytes, but %s with %zu elements needs %zu",
+                        path, name, e->end - e->begin, fp4_dtype_name(t->dtype), numel, t->nbytes);
+    return FP4_OK;
+}
+
+/* Check that __metadata__ is an object of strings. */
+static fp4_status check_metadata(const cJSON *m, const char *path, fp4_err *err)
+{
+    const cJSON *x;
+    if (!cJSON_IsObject(m))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
+    cJSON_ArrayForEach(x, m) {
+        if (!cJSON_IsString(x))
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: __metadata__ value '%.64s' is not a string", path,
+                            x->string);
+    }
+    return FP4_OK;
+}
+
+/* qsort order of entries by data range. */
+static int cmp_range(const void *a, const void *b)
+{
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* qsort order of entries by name. */
+static int cmp_name(const void *a, const void *b)
+{
+    const st_entry *x = a, *y = b;
+    return strcmp(x->t->name, y->t->name);
+}
+
+/* Read every tensor (see io.h). On failure *out is NULL and *count 0. */
+fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    FILE *f = NULL;
+    long long fsize = 0;
+    unsigned char lenbuf[8];
+    unsigned long long hlen = 0, data_len, pos;
+    char *hdr = NULL;
+    const char *end = NULL;
+    cJSON *root = NULL;
+    const cJSON *j;
+    fp4_tensor *ts = NULL;
+    st_entry *es = NULL;
+    int n = 0, i;
+
+    if (!path || !out || !count)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
+    *out = NULL;
+    *count = 0;
+    st = open_sized(path, &f, &fsize, err);
+    if (st) goto out;
+    if (fsize < 8) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, less than the 8-byte header length",
+                      path, fsize);
+        goto out;
+    }
+    st = read_exact(f, lenbuf, 8, path, err);
+    if (st) goto out;
+    for (i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
+    if (hlen > ST_HEADER_CAP) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: header length %llu is absurd (more than %llu bytes)", path,
+                      hlen, ST_HEADER_CAP);
+        goto out;
+    }
+    if (hlen > (unsigned long long)(fsize - 8)) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: header says %llu bytes of JSON, file has %lld",
+                      path, hlen, fsize - 8);
+        goto out;
+    }
+    data_len = (unsigned long long)(fsize - 8) - hlen;
+    hdr = malloc((size_t)hlen + 1);
+    if (!hdr) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %llu-byte header", path, hlen);
+        goto out;
+    }
+    st = read_exact(f, hdr, (size_t)hlen, path, err);
+    if (st) goto out;
+    hdr[hlen] = '\0';
+
+    root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
+    if (!root) {
+        size_t at = end && end >= hdr && end <= hdr + hlen ? (size_t)(end - hdr) : 0;
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu)", path, at);
+        goto out;
+    }
+    for (const char *c = end; c && c < hdr + hlen; c++) {
+        if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: unexpected bytes after the JSON header (at byte %zu)",
+                          path, (size_t)(c - hdr));
+            goto out;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: header is not a JSON object", path);
+        goto out;
+    }
+
+    cJSON_ArrayForEach(j, root) {
+        if (strcmp(j->string, "__metadata__") == 0) {
+            st = check_metadata(j, path, err);
+            if (st) goto out;
+        } else {
+            n++;
+        }
+    }
+    ts = calloc((size_t)(n ? n : 1), sizeof *ts);
+    es = calloc((size_t)(n ? n : 1), sizeof *es);
+    if (!ts || !es) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for %d tensors", path, n);
+        goto out;
+    }
+    i = 0;
+    cJSON_ArrayForEach(j, root) {
+        if (strcmp(j->string, "__metadata__") == 0) continue;
+        es[i].t = &ts[i];
+        st = parse_entry(j, &es[i], path, err);
+        if (st) goto out;
+        if (es[i].end > data_len) {
+            st = fp4_fail(err, FP4_ERR_FORMAT,
+                          "%s: tensor '%s' has data_offsets [%llu, %llu] beyond the %llu bytes of data (truncated?)",
+                          path, ts[i].name, es[i].begin, es[i].end, data_len);
+            goto out;
+        }
+        i++;
+    }
+
+    /* names unique */
+    qsort(es, (size_t)n, sizeof *es, cmp_name);
+    for (i = 1; i < n; i++) {
+        if (strcmp(es[i - 1].t->name, es[i].t->name) == 0) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' appears twice", path, es[i].t->name);
+            goto out;
+        }
+    }
+    /* data ranges tile the data section exactly */
+    qsort(es, (size_t)n, sizeof *es, cmp_range);
+    pos = 0;
+    for (i = 0; i < n; i++) {
+        if (es[i].begin < pos) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path,
+                          es[i - 1].t->name, es[i].t->name);
+            goto out;
+        }
+        if (es[i].begin > pos) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: %llu unused bytes of data before tensor '%s'", path,
+                          es[i].begin - pos, es[i].t->name);
+            goto out;
+        }
+        pos = es[i].end;
+    }
+    if (pos != data_len) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: the data section has %llu bytes, the tensors cover %llu",
+                      path, data_len, pos);
+        goto out;
+    }
+
+    /* data, in file order, so the reads are sequential */
+    for (i = 0; i < n; i++) {
+        fp4_tensor *t = es[i].t;
+        t->data = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->data) {
+            st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for tensor '%s' (%zu bytes)", path,
+                          t->name, t->nbytes);
+            goto out;
+        }
+        st = read_exact(f, t->data, t->nbytes, path, err);
+        if (st) goto out;
+    }
+    *out = ts;
+    *count = n;
+    ts = NULL;
+out:
+    if (ts) {
+        for (i = 0; i < n; i++) fp4_tensor_free(&ts[i]);
+        free(ts);
+    }
+    free(es);
+    cJSON_Delete(root);
+    free(hdr);
+    if (f) fclose(f);
+    return st;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* A JSON integer added to array a, printed exactly (cJSON prints doubles). */
+static int add_uint(cJSON *a, unsigned long long v)
+{
+    char buf[32];
+    cJSON *x;
+    snprintf(buf, sizeof buf, "%llu", v);
+    x = cJSON_CreateRaw(buf);
+    if (!x) return -1;
+    if (!cJSON_AddItemToArray(a, x)) {
+        cJSON_Delete(x);
+        return -1;
+    }
+    return 0;
+}
+
+/* Check tensor t before writing it; FP4_ERR_INVALID_ARG or FP4_ERR_DTYPE. */
+static fp4_status check_tensor(const fp4_tensor *t, const char *path, fp4_err *err)
+{
+    size_t need;
+    int64_t numel;
+    if (!memchr(t->name, '\0', sizeof t->name) || t->name[0] == '\0')
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: a tensor has an empty or unterminated name", path);
+    if (strcmp(t->name, "__metadata__") == 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: '__metadata__' is not a tensor name", path);
+    if (fp4_dtype_size(t->dtype) == 0)
+        return fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has an invalid dtype %d", path, t->name,
+                        (int)t->dtype);
+    numel = fp4_tensor_numel(t);
+    if (numel < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: tensor '%s' has a bad shape", path, t->name);
+    if (fp4_size_mul((size_t)numel, fp4_dtype_size(t->dtype), &need) || need != t->nbytes)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: tensor '%s' holds %zu bytes, which does not match its shape",
+                        path, t->name, t->nbytes);
+    if (t->nbytes && !t->data)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: tensor '%s' has NULL data", path, t->name);
+    return FP4_OK;
+}
+
+/* Write tensors in the given order, contiguous, with an optional
+ * __metadata__ of n_meta key/value pairs (meta[2i], meta[2i+1]). On failure
+ * the partial file is removed. */
+static fp4_status st_write(const char *path, const fp4_tensor *ts, int count, const char *const *meta,
+                           int n_meta, fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    cJSON *root = NULL, *m, *e, *a;
+    char *json = NULL;
+    FILE *f = NULL;
+    unsigned long long off = 0, hlen;
+    unsigned char lenbuf[8];
+    size_t jlen, pad;
+    int created = 0, i;
+    static const char spaces[ST_ALIGN] = "        ";
+
+    if (!path || (count > 0 && !ts) || count < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_write: bad argument");
+    for (i = 0; i < count; i++) {
+        st = check_tensor(&ts[i], path, err);
+        if (st) return st;
+        for (int k = 0; k < i; k++)
+            if (strcmp(ts[k].name, ts[i].name) == 0)
+                return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: tensor name '%s' given twice", path,
+                                ts[i].name);
+    }
+
+    root = cJSON_CreateObject();
+    if (!root) goto nomem;
+    if (n_meta > 0) {
+        m = cJSON_AddObjectToObject(root, "__metadata__");
+        if (!m) goto nomem;
+        for (i = 0; i < n_meta; i++)
+            if (!cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1])) goto nomem;
+    }
+    for (i = 0; i < count; i++) {
+        const fp4_tensor *t = &ts[i];
+        e = cJSON_AddObjectToObject(root, t->name);
+        if (!e || !cJSON_AddStringToObject(e, "dtype", fp4_dtype_name(t->dtype))) goto nomem;
+        a = cJSON_AddArrayToObject(e, "shape");
+        if (!a) goto nomem;
+        for (int d = 0; d < t->ndim; d++)
+            if (add_uint(a, (unsigned long long)t->shape[d])) goto nomem;
+        a = cJSON_AddArrayToObject(e, "data_offsets");
+        if (!a || add_uint(a, off) || add_uint(a, off + t->nbytes)) goto nomem;
+        off += t->nbytes;
+        if (off > (unsigned long long)ST_MAX_INT) {
+            st = fp4_fail(err, FP4_ERR_OVERFLOW, "%s: more than 2^53 bytes of tensors", path);
+            goto out;
+        }
+    }
+    json = cJSON_PrintUnformatted(root);
+    if (!json) goto nomem;
+    jlen = strlen(json);
+    pad = (ST_ALIGN - jlen % ST_ALIGN) % ST_ALIGN;
+    hlen = (unsigned long long)(jlen + pad);
+    if (hlen > ST_HEADER_CAP) {
+        st = fp4_fail(err, FP4_ERR_OVERFLOW, "%s: header of %llu bytes is over the %llu-byte limit", path,
+                      hlen, ST_HEADER_CAP);
+        goto out;
+    }
+    for (i = 0; i < 8; i++) lenbuf[i] = (unsigned char)(hlen >> (8 * i));
+
+    f = fopen(path, "wb");
+    if (!f) {
+        st = fp4_fail(err, FP4_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto out;
+    }
+    created = 1;
+    if (fwrite(lenbuf, 1, 8, f) != 8 || fwrite(json, 1, jlen, f) != jlen ||
+        fwrite(spaces, 1, pad, f) != pad)
+        goto ioerr;
+    for (i = 0; i < count; i++)
+        if (ts[i].nbytes && fwrite(ts[i].data, 1, ts[i].nbytes, f) != ts[i].nbytes) goto ioerr;
+    if (fclose(f) != 0) {
+        f = NULL;
+        goto ioerr;
+    }
+    f = NULL;
+    goto out;
+ioerr:
+    st = fp4_fail(err, FP4_ERR_IO, "%s: write error: %s", path, strerror(errno));
+    goto out;
+nomem:
+    st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory building the header", path);
+out:
+    if (f) fclose(f);
+    if (st && created) remove(path);
+    free(json);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* Write tensors in the given order (see io.h). */
+fp4_status fp4_safetensors_write(const char *path, const fp4_tensor *tensors, int count, fp4_err *err)
+{
+    return st_write(path, tensors, count, NULL, 0, err);
+}
+
+/* ---- NVFP4 checkpoints ------------------------------------------------------------ */
+
+/* Save m as weight / weight_scale / weight_scale_2 [/ input_scale]. */
+fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_scale, fp4_err *err)
+{
+    static const char *const meta[] = {"format", "nvfp4", "producer", "fp4bench"};
+    fp4_tensor ts[4];
+    float gs, is = input_scale;
+    int n = 3;
+    fp4_status st;
+
+    if (!path || !m) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_nvfp4_save: NULL argument");
+    st = fp4_check_dims(m->rows, m->cols, err);
+    if (st) return st;
+    if (!m->codes || !m->scales)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: NVFP4 matrix without codes or scales", path);
+    gs = m->global_scale;
+    memset(ts, 0, sizeof ts);
+
+    snprintf(ts[0].name, sizeof ts[0].name, "weight");
+    ts[0].dtype = FP4_DT_U8;
+    ts[0].ndim = 2;
+    ts[0].shape[0] = m->rows;
+    ts[0].shape[1] = m->cols / 2;
+    ts[0].data = m->codes;
+    ts[0].nbytes = (size_t)m->rows * (size_t)(m->cols / 2); /* fp4_check_dims: fits */
+
+    snprintf(ts[1].name, sizeof ts[1].name, "weight_scale");
+    ts[1].dtype = FP4_DT_F8_E4M3;
+    ts[1].ndim = 2;
+    ts[1].shape[0] = m->rows;
+    ts[1].shape[1] = m->cols / FP4_BLOCK;
+    ts[1].data = m->scales;
+    ts[1].nbytes = (size_t)m->rows * (size_t)(m->cols / FP4_BLOCK);
+
+    snprintf(ts[2].name, sizeof ts[2].name, "weight_scale_2");
+    ts[2].dtype = FP4_DT_F32;
+    ts[2].ndim = 0;
+    ts[2].data = &gs;
+    ts[2].nbytes = sizeof gs;
+
+    if (input_scale >= 0.0f) {
+        snprintf(ts[3].name, sizeof ts[3].name, "input_scale");
+        ts[3].dtype = FP4_DT_F32;
+        ts[3].ndim = 0;
+        ts[3].data = &is;
+        ts[3].nbytes = sizeof is;
+        n = 4;
+    }
+    return st_write(path, ts, n, meta, 2, err);
+}
+
+/* The F32 scalar (shape [] or [1]) named name into *v; FP4_ERR_DTYPE when it
+ * has another dtype or shape. */
+static fp4_status get_scalar(const fp4_tensor *t, const char *path, float *v, fp4_err *err)
+{
+    if (t->dtype != FP4_DT_F32)
+        return fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected F32", path, t->name,
+                        fp4_dtype_name(t->dtype));
+    if (!(t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1)))
+        return fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has %d dimensions (%lld elements), expected "
+                        "a scalar ([] or [1])", path, t->name, t->ndim, (long long)fp4_tensor_numel(t));
+    memcpy(v, t->data, sizeof *v);
+    return FP4_OK;
+}
+
+/* Load a checkpoint written by fp4_nvfp4_save or ModelOpt. On failure *m is
+ * all zero. */
+fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err)
+{
+    static const char *const need[] = {"weight", "weight_scale", "weight_scale_2"};
+    fp4_status st;
+    fp4_tensor *ts = NULL;
+    const fp4_tensor *w, *s, *g, *in;
+    int n = 0;
+    float gs, is;
+    int64_t rows, k;
+    fp4_matrix tmp;
+
+    if (!path || !m) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_nvfp4_load: NULL argument");
+    memset(m, 0, sizeof *m);
+    st = fp4_safetensors_read(path, &ts, &n, err);
+    if (st) return st;
+
+    for (int i = 0; i < 3; i++) {
+        if (!fp4_tensor_find(ts, n, need[i])) {
+            st = fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s' (an NVFP4 checkpoint has weight, "
+                          "weight_scale, weight_scale_2)", path, need[i]);
+            goto out;
+        }
+    }
+    w = fp4_tensor_find(ts, n, "weight");
+    s = fp4_tensor_find(ts, n, "weight_scale");
+    g = fp4_tensor_find(ts, n, "weight_scale_2");
+    in = fp4_tensor_find(ts, n, "input_scale");
+
+    if (w->dtype != FP4_DT_U8) {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight' has dtype %s, expected U8", path,
+                      fp4_dtype_name(w->dtype));
+        goto out;
+    }
+    if (s->dtype != FP4_DT_F8_E4M3) {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight_scale' has dtype %s, expected F8_E4M3", path,
+                      fp4_dtype_name(s->dtype));
+        goto out;
+    }
+    if (w->ndim != 2 || s->ndim != 2) {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has %d dimensions, expected 2", path,
+                      w->ndim != 2 ? "weight" : "weight_scale", w->ndim != 2 ? w->ndim : s->ndim);
+        goto out;
+    }
+    rows = w->shape[0];
+    if (s->shape[0] != rows) {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight_scale' has %lld rows, 'weight' has %lld", path,
+                      (long long)s->shape[0], (long long)rows);
+        goto out;
+    }
+    /* shapes come from the file (<= 2^53), so these products do not overflow */
+    if (w->shape[1] * 2 != s->shape[1] * FP4_BLOCK) {
+        st = fp4_fail(err, FP4_ERR_DTYPE,
+                      "%s: 'weight' [%lld, %lld] (K = %lld) and 'weight_scale' [%lld, %lld] (K = %lld) disagree",
+                      path, (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[1] * 2,
+                      (long long)s->shape[0], (long long)s->shape[1], (long long)s->shape[1] * FP4_BLOCK);
+        goto out;
+    }
+    k = w->shape[1] * 2;
+    if (rows < 1 || k < FP4_BLOCK || k % FP4_BLOCK != 0) {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: 'weight' [%lld, %lld] is no NVFP4 matrix (N >= 1, K >= 16, "
+                      "K %% 16 == 0 needed)", path, (long long)w->shape[0], (long long)w->shape[1]);
+        goto out;
+    }
+    st = get_scalar(g, path, &gs, err);
+    if (st) goto out;
+    if (!isfinite(gs) || gs < 0.0f) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: weight_scale_2 is %g, expected a finite non-negative number",
+                      path, (double)gs);
+        goto out;
+    }
+    if (in) {
+        st = get_scalar(in, path, &is, err);
+        if (st) goto out;
+    }
+    st = fp4_matrix_alloc(&tmp, rows, k, err);
+    if (st) goto out;
+    memcpy(tmp.codes, w->data, w->nbytes);
+    memcpy(tmp.scales, s->data, s->nbytes);
+    tmp.global_scale = gs;
+    *m = tmp;
+out:
+    for (int i = 0; i < n; i++) fp4_tensor_free(&ts[i]);
+    free(ts);
+    return st;
+}

@@ -1,0 +1,148 @@
+/* fp4-sm90: our NVFP4 x NVFP4 -> bf16 GEMM for Hopper (sm_90a), C API.
+ *
+ * Problem ("TN"): D[m, n] = alpha * sum_k A[m, k] * B[n, k]
+ *   A  [M, K] NVFP4 activations: codes [M, K/2] bytes (even k in the low
+ *      nibble) and UE4M3 scales in the SWIZZLED 128x4 layout (format.h), as a
+ *      quantizer produces them at run time.
+ *   B  [N, K] NVFP4 weights, re-packed once by a prepare step into the layout
+ *      of the kernel family that will run (fp4_sm90_pack_b).
+ *   D  [M, N] bf16 row-major; alpha fp32 (the product of the global scales).
+ *
+ * Arithmetic: every e2m1 * e4m3 product has <= 6 significant bits, so the
+ * kernels dequantize (without the global scales) into fp16 registers, exactly,
+ * and run fp16 tensor cores (mma.sync m16n8k16, same rate as bf16) with fp32
+ * accumulation; alpha is applied in the epilogue. fp16 rather than bf16 because
+ * it lets the 4-bit -> 16-bit conversion be a few bit operations and ONE
+ * multiply: the e2m1 bits placed in an fp16 pattern are the value times 2^-14
+ * (fp16 subnormals cover code 0.5), times (scale * 2^7) gives value * scale *
+ * 2^-7, still exact (a multiple of 2^-24 below 65504); the 2^7 goes into alpha.
+ * bf16 has no subnormal range deep enough for that trick.
+ *
+ * Kernel families (numbered variants, see fp4_sm90_variant_at):
+ *   1 "v1-decode"   small M: swap AB (weights are the MMA's 16-row side, tokens
+ *                   the 8-wide side), weights streamed once, pre-shuffled so one
+ *                   16-byte load feeds a lane's MMA fragments; split K across
+ *                   blocks, reduced with fp32 vector atomics in a workspace and
+ *                   a "last block writes D" counter (no second launch).
+ *   2 "v2-prefill"  large M: 128x128x64 tiles, 8 warps (64x32 each), 4-stage
+ *                   cp.async pipeline of packed codes + scales, dequantized
+ *                   from shared memory straight into MMA fragments.
+ * The choice (fp4_sm90_choose) is explicit and can be forced by
+ * fp4_sm90_set_forced() or the environment variable
+ * FP4_SM90_KERNEL=decode|prefill|v1-decode|v2-prefill|1|2.
+ */
+#ifndef FP4_SM90_H
+#define FP4_SM90_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4/format.h"
+#include "fp4/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- variants ---------------------------------------------------------------- */
+
+enum {
+    FP4_SM90_AUTO = 0,    /* let fp4_sm90_choose decide */
+    FP4_SM90_V1_DECODE = 1,
+    FP4_SM90_V2_PREFILL = 2
+};
+
+typedef struct fp4_sm90_variant {
+    int id;              /* FP4_SM90_V* */
+    const char *name;    /* "v1-decode" */
+    const char *summary; /* one line */
+} fp4_sm90_variant;
+
+int fp4_sm90_variant_count(void);
+/* i in [0, count): the i-th variant; NULL if out of range. */
+const fp4_sm90_variant *fp4_sm90_variant_at(int i);
+/* The variant with this id, NULL if none. */
+const fp4_sm90_variant *fp4_sm90_variant_by_id(int id);
+/* Parse "decode", "prefill", "v1-decode", "v2-prefill", "1", "2", "auto" into
+ * an id (FP4_SM90_AUTO for "auto"); -1 if not recognised. */
+int fp4_sm90_variant_parse(const char *s);
+
+/* Force a variant for all later fp4_sm90_choose calls (FP4_SM90_AUTO: no
+ * forcing). Overrides the environment variable. Not thread-safe (set it
+ * before preparing). */
+void fp4_sm90_set_forced(int id);
+/* The forced variant: the setter's value if set, else FP4_SM90_KERNEL from the
+ * environment, else FP4_SM90_AUTO. */
+int fp4_sm90_forced(void);
+
+/* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
+ * honouring the forced variant. The rule (see the definition for the reasons):
+ *   decode  if m <= 256, or if 128x128 prefill tiles would not fill the GPU
+ *           (ceil(m/128) * ceil(n/128) < num_sms);
+ *   prefill otherwise. */
+int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms);
+
+/* ---- operands ------------------------------------------------------------------ */
+
+/* Bytes of the packed B (codes and scales) for a variant and shape. */
+size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k);
+size_t fp4_sm90_packed_b_scales_size(int variant, int64_t n, int64_t k);
+/* Pack the weights b [n, k] (plain scales) on the host into the variant's
+ * layout; codes and scales must hold the sizes above. Padding is zero. */
+fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t *codes, uint8_t *scales,
+                           fp4_err *err);
+
+/* Device workspace bytes a call needs (0 if none). It must be zeroed once
+ * (cudaMemset) before the first call; every call leaves it zeroed again, so
+ * calls can be replayed in a CUDA graph. Calls sharing one workspace must be
+ * serialised (same stream). */
+size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
+
+/* ---- launch -------------------------------------------------------------------- */
+
+typedef struct fp4_sm90_gemm_args {
+    int variant;            /* FP4_SM90_V1_DECODE or FP4_SM90_V2_PREFILL (not AUTO) */
+    int64_t m, n, k;
+    const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
+    const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
+    const uint8_t *b_codes; /* device, fp4_sm90_pack_b layout for this variant */
+    const uint8_t *b_sf;    /* device, fp4_sm90_pack_b layout for this variant */
+    float alpha;
+    uint16_t *d;            /* device bf16 [m, n]; 4-byte aligned */
+    void *workspace;        /* device, fp4_sm90_workspace_size bytes, zeroed once */
+    size_t workspace_bytes;
+    int num_sms;            /* multiprocessor count of the device */
+    int splits;             /* decode: K splits across blocks, 0 = automatic */
+} fp4_sm90_gemm_args;
+
+/* One-time setup on the current device (raises the kernels' dynamic shared
+ * memory limits). Call before the first launch, outside graph capture. */
+fp4_status fp4_sm90_init(fp4_err *err);
+
+/* Check the arguments (sizes, alignment, variant): FP4_ERR_UNSUPPORTED with
+ * the reason when this call cannot run. No CUDA calls. */
+fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err);
+
+/* Enqueue the GEMM on stream: asynchronous, no allocation, no
+ * synchronisation, capturable in a CUDA graph. Runs fp4_sm90_check first. */
+fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+
+/* The split count the decode kernel uses for this shape when splits == 0. */
+int fp4_sm90_decode_splits(int64_t m, int64_t n, int64_t k, int num_sms);
+
+/* Per-family entry points (fp4_sm90_gemm dispatches to them). */
+fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                  fp4_err *err);
+fp4_status fp4_sm90_prefill_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                   fp4_err *err);
+fp4_status fp4_sm90_decode_init(fp4_err *err);
+fp4_status fp4_sm90_prefill_init(fp4_err *err);
+/* Host packers of the two families (fp4_sm90_pack_b dispatches to them). */
+void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+void fp4_sm90_prefill_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,818 @@
+/* The JSON report (schema in docs/JSON.md), written and read with cJSON.
+ *
+ * Writing: the whole report is built as a cJSON tree, printed, written to
+ * "<path>.tmp", flushed and fsync'ed, then renamed over path, so a reader
+ * always sees a complete document. Non-finite doubles are written as null
+ * (JSON has no NaN/Inf) and read back as NAN. 64-bit unsigned values (seed,
+ * throttle_reasons) are numbers when they are <= 2^53 (exact in a double) and
+ * decimal strings above; the reader takes both.
+ *
+ * Reading: required fields must be present with the right type; optional
+ * fields may be absent (they take their zero / NaN / default value) but must
+ * have the right type when present. Any violation is FP4_ERR_FORMAT with a
+ * message naming the file and the field ("rows[2].time_us.median: expected a
+ * number or null"). */
+#include "fp4/bench.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TWO_POW_53 9007199254740992.0
+
+/* ======================================================================== */
+/* writing                                                                  */
+/* ======================================================================== */
+
+/* Writer context: ok drops to 0 at the first allocation failure; every helper
+ * is then a no-op, and the caller checks ok once at the end. */
+typedef struct jw {
+    int ok;
+} jw;
+
+/* Attach item under key (NULL item or parent: failure). */
+static void w_item(jw *w, cJSON *o, const char *key, cJSON *item)
+{
+    if (!w->ok || !o || !item || !cJSON_AddItemToObject(o, key, item)) {
+        cJSON_Delete(item);
+        w->ok = 0;
+    }
+}
+
+/* A double; non-finite values become null. */
+static void w_num(jw *w, cJSON *o, const char *key, double v)
+{
+    if (!w->ok) return;
+    w_item(w, o, key, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+}
+
+/* An unsigned 64-bit integer: a number up to 2^53, a decimal string above. */
+static void w_u64(jw *w, cJSON *o, const char *key, unsigned long long v)
+{
+    char buf[32];
+    if (!w->ok) return;
+    if (v <= 9007199254740992ull) { /* 2^53 */
+        w_item(w, o, key, cJSON_CreateNumber((double)v));
+        return;
+    }
+    snprintf(buf, sizeof buf, "%llu", v);
+    w_item(w, o, key, cJSON_CreateString(buf));
+}
+
+/* A string from a fixed-size char array (bounded even if unterminated). */
+static void w_strn(jw *w, cJSON *o, const char *key, const char *s, size_t cap)
+{
+    char *tmp;
+    size_t len;
+    if (!w->ok) return;
+    len = strnlen(s, cap);
+    tmp = malloc(len + 1);
+    if (!tmp) {
+        w->ok = 0;
+        return;
+    }
+    memcpy(tmp, s, len);
+    tmp[len] = '\0';
+    w_item(w, o, key, cJSON_CreateString(tmp));
+    free(tmp);
+}
+#define W_STR(w, o, key, arr) w_strn((w), (o), (key), (arr), sizeof(arr))
+
+static void w_bool(jw *w, cJSON *o, const char *key, int v)
+{
+    if (!w->ok) return;
+    w_item(w, o, key, cJSON_CreateBool(v != 0));
+}
+
+/* A new empty object under key; NULL (and ok = 0) on failure. */
+static cJSON *w_obj(jw *w, cJSON *o, const char *key)
+{
+    cJSON *c;
+    if (!w->ok) return NULL;
+    c = cJSON_CreateObject();
+    w_item(w, o, key, c);
+    return w->ok ? c : NULL;
+}
+
+/* Statistics as an object; null when nullable and nothing was measured. */
+static void w_stats(jw *w, cJSON *o, const char *key, const fp4_stats *s, int nullable)
+{
+    cJSON *t;
+    if (!w->ok) return;
+    if (nullable && s->count <= 0) {
+        w_item(w, o, key, cJSON_CreateNull());
+        return;
+    }
+    t = w_obj(w, o, key);
+    w_num(w, t, "count", (double)s->count);
+    w_num(w, t, "median", s->median);
+    w_num(w, t, "p10", s->p10);
+    w_num(w, t, "p90", s->p90);
+    w_num(w, t, "min", s->min);
+    w_num(w, t, "max", s->max);
+    w_num(w, t, "mean", s->mean);
+    w_num(w, t, "stdev", s->stdev);
+    w_num(w, t, "noise", s->noise);
+}
+
+static void w_device(jw *w, cJSON *root, const fp4_device_info *d)
+{
+    cJSON *o = w_obj(w, root, "device");
+    w_bool(w, o, "present", d->present);
+    W_STR(w, o, "why_absent", d->why_absent);
+    W_STR(w, o, "name", d->name);
+    w_num(w, o, "cc_major", d->cc_major);
+    w_num(w, o, "cc_minor", d->cc_minor);
+    w_num(w, o, "sms", d->sms);
+    w_num(w, o, "l2_bytes", d->l2_bytes);
+    w_num(w, o, "mem_bytes", d->mem_bytes);
+    w_num(w, o, "driver_version", d->driver_version);
+    w_num(w, o, "runtime_version", d->runtime_version);
+    w_num(w, o, "sm_clock_max_mhz", d->sm_clock_max_mhz);
+    w_num(w, o, "mem_clock_max_mhz", d->mem_clock_max_mhz);
+    w_bool(w, o, "nvml", d->nvml);
+    W_STR(w, o, "driver_string", d->driver_string);
+    w_num(w, o, "cpu_threads", d->cpu_threads);
+    w_num(w, o, "peak_bf16_tflops", d->peak_bf16_tflops);
+    w_num(w, o, "peak_fp8_tflops", d->peak_fp8_tflops);
+    w_num(w, o, "peak_fp4_tflops", d->peak_fp4_tflops);
+    w_num(w, o, "peak_bw_gbps", d->peak_bw_gbps);
+}
+
+static void w_ceilings(jw *w, cJSON *root, const fp4_ceilings *c)
+{
+    cJSON *o = w_obj(w, root, "ceilings");
+    w_bool(w, o, "measured", c->measured);
+    w_num(w, o, "read_gbps", c->read_gbps);
+    w_num(w, o, "bf16_tflops", c->bf16_tflops);
+    w_num(w, o, "fp8_tflops", c->fp8_tflops);
+    w_num(w, o, "cpu_gflops", c->cpu_gflops);
+}
+
+static void w_settings(jw *w, cJSON *root, const fp4_settings *s)
+{
+    cJSON *o = w_obj(w, root, "settings");
+    w_u64(w, o, "seed", (unsigned long long)s->seed);
+    w_item(w, o, "data", cJSON_CreateString(fp4_data_kind_name(s->data)));
+    w_bool(w, o, "hot", s->hot);
+    w_bool(w, o, "use_graphs", s->use_graphs);
+    w_bool(w, o, "measure_launch", s->measure_launch);
+    w_num(w, o, "warmup_ms", s->warmup_ms);
+    w_num(w, o, "min_samples", s->stop.min_samples);
+    w_num(w, o, "noise_target", s->stop.noise_target);
+    w_num(w, o, "min_time_s", s->stop.min_time_s);
+    w_num(w, o, "max_time_s", s->stop.max_time_s);
+    if (s->baseline[0]) W_STR(w, o, "baseline", s->baseline);
+    else w_item(w, o, "baseline", cJSON_CreateNull());
+    w_bool(w, o, "keep_samples", s->keep_samples);
+    w_bool(w, o, "measure_ceilings", s->measure_ceilings);
+    w_bool(w, o, "verify_only", s->verify_only);
+}
+
+/* One row object appended to the rows array. Samples go in only when
+ * keep_samples is set. */
+static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
+{
+    cJSON *o, *t;
+    if (!w->ok) return;
+    o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(rows, o)) {
+        cJSON_Delete(o);
+        w->ok = 0;
+        return;
+    }
+    W_STR(w, o, "label", x->label);
+    w_num(w, o, "m", (double)x->shape.m);
+    w_num(w, o, "n", (double)x->shape.n);
+    w_num(w, o, "k", (double)x->shape.k);
+    W_STR(w, o, "backend", x->backend);
+    W_STR(w, o, "variant", x->variant);
+    w_item(w, o, "state", cJSON_CreateString(fp4_row_state_name(x->state)));
+    W_STR(w, o, "reason", x->reason);
+    w_num(w, o, "verified", x->verified);
+    W_STR(w, o, "verify_note", x->verify_note);
+    w_num(w, o, "err_max", x->err_max);
+    w_num(w, o, "err_norm", x->err_norm);
+    W_STR(w, o, "l2", x->l2);
+    W_STR(w, o, "timing", x->timing);
+    w_num(w, o, "copies", x->copies);
+    w_num(w, o, "batch", x->batch);
+    w_num(w, o, "rotation_bytes", x->rotation_bytes);
+    w_stats(w, o, "time_us", &x->t, 0);
+    w_stats(w, o, "launch_us", &x->t_launch, 1);
+    w_bool(w, o, "timed_out", x->timed_out);
+    w_num(w, o, "prepare_ms", x->prepare_ms);
+    w_num(w, o, "flops", x->flops);
+    w_num(w, o, "bytes", x->bytes);
+    w_num(w, o, "tflops", x->tflops);
+    w_num(w, o, "gbps", x->gbps);
+    w_num(w, o, "floor_us", x->floor_us);
+    w_num(w, o, "pct_roofline", x->pct_roofline);
+    w_num(w, o, "pct_peak", x->pct_peak);
+    if (x->has_ratio) {
+        t = w_obj(w, o, "ratio");
+        w_num(w, t, "value", x->ratio);
+        w_num(w, t, "lo", x->ratio_lo);
+        w_num(w, t, "hi", x->ratio_hi);
+    } else {
+        w_item(w, o, "ratio", cJSON_CreateNull());
+    }
+    if (x->tel.valid) {
+        t = w_obj(w, o, "telemetry");
+        w_num(w, t, "sm_clock_mhz", x->tel.sm_clock_mhz);
+        w_num(w, t, "sm_clock_min_mhz", x->tel.sm_clock_min_mhz);
+        w_num(w, t, "mem_clock_mhz", x->tel.mem_clock_mhz);
+        w_num(w, t, "power_w", x->tel.power_w);
+        w_num(w, t, "temp_c", x->tel.temp_c);
+        w_u64(w, t, "throttle_reasons", x->tel.throttle_reasons);
+        w_num(w, t, "low_clock_samples", x->tel.low_clock_samples);
+    } else {
+        w_item(w, o, "telemetry", cJSON_CreateNull());
+    }
+    if (keep_samples) {
+        cJSON *a = cJSON_CreateArray();
+        w_item(w, o, "samples_us", a);
+        for (int i = 0; w->ok && x->samples && i < x->nsamples; i++) {
+            double v = x->samples[i];
+            cJSON *e = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+            if (!e || !cJSON_AddItemToArray(a, e)) {
+                cJSON_Delete(e);
+                w->ok = 0;
+            }
+        }
+    }
+}
+
+/* The whole document as a tree; NULL when out of memory. */
+static cJSON *build_tree(const fp4_report *r)
+{
+    jw w = {1};
+    cJSON *root = cJSON_CreateObject(), *o, *rows;
+    if (!root) return NULL;
+    w_item(&w, root, "schema", cJSON_CreateString("fp4bench/1"));
+    w_num(&w, root, "schema_version", FP4_JSON_SCHEMA_VERSION);
+    o = w_obj(&w, root, "fp4bench");
+    W_STR(&w, o, "version", r->version);
+    W_STR(&w, o, "commit", r->commit);
+    W_STR(&w, root, "started", r->started);
+    W_STR(&w, root, "host", r->host);
+    W_STR(&w, root, "command", r->command);
+    w_device(&w, root, &r->dev);
+    w_ceilings(&w, root, &r->ceil);
+    w_settings(&w, root, &r->set);
+    rows = cJSON_CreateArray();
+    w_item(&w, root, "rows", rows);
+    for (int i = 0; w.ok && i < r->nrows; i++) w_row(&w, rows, &r->rows[i], r->set.keep_samples);
+    if (!w.ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Write text to tmp (created or truncated), flushed to disk. */
+static fp4_status write_file(const char *tmp, const char *text, fp4_err *err)
+{
+    FILE *f = fopen(tmp, "wb");
+    size_t len = strlen(text);
+    fp4_status st = FP4_OK;
+    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (fsync(fileno(f)) != 0 && errno != EINVAL) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+out:
+    if (fclose(f) != 0 && st == FP4_OK)
+        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    return st;
+}
+
+fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err *err)
+{
+    cJSON *root = NULL;
+    char *text = NULL, *tmp = NULL;
+    size_t plen;
+    fp4_status st = FP4_OK;
+    if (!path || !path[0] || !r)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_write_json: NULL path or report");
+    if (r->nrows > 0 && !r->rows)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_write_json: rows missing");
+
+    root = build_tree(r);
+    text = root ? cJSON_Print(root) : NULL;
+    plen = strlen(path);
+    tmp = malloc(plen + 5);
+    if (!text || !tmp) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "out of memory writing %s", path);
+        goto out;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    st = write_file(tmp, text, err);
+    if (st != FP4_OK) {
+        remove(tmp);
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        remove(tmp);
+        goto out;
+    }
+out:
+    free(tmp);
+    if (text) cJSON_free(text);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ======================================================================== */
+/* reading                                                                  */
+/* ======================================================================== */
+
+/* Reader context: the file name for messages and the error to fill. */
+typedef struct jr {
+    const char *file;
+    fp4_err *err;
+} jr;
+
+/* FP4_ERR_FORMAT naming file and field: "<file>: <where>.<key>: <what>". */
+static fp4_status r_bad(jr *c, const char *where, const char *key, const char *what)
+{
+    return fp4_fail(c->err, FP4_ERR_FORMAT, "%s: %s%s%s: %s", c->file, where ? where : "",
+                    (where && where[0] && key) ? "." : "", key ? key : "", what);
+}
+
+/* The member key of o, or NULL. A missing required member is an error (*st). */
+static const cJSON *r_get(jr *c, const cJSON *o, const char *where, const char *key,
+                          int required, fp4_status *st)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    *st = FP4_OK;
+    if (!it && required) *st = r_bad(c, where, key, "missing");
+    return it;
+}
+
+/* A double: number, or null for NaN; absent optional gives NaN. */
+static fp4_status r_num(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, double *out)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    *out = NAN;
+    if (st != FP4_OK || !it || cJSON_IsNull(it)) return st;
+    if (!cJSON_IsNumber(it)) return r_bad(c, where, key, "expected a number or null");
+    *out = it->valuedouble;
+    return FP4_OK;
+}
+
+/* An integral number in [lo, hi]; absent optional leaves *out unchanged. */
+static fp4_status r_integer(jr *c, const cJSON *o, const char *where, const char *key,
+                            int required, double lo, double hi, double *out)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    double v;
+    if (st != FP4_OK || !it) return st;
+    if (!cJSON_IsNumber(it)) return r_bad(c, where, key, "expected an integer");
+    v = it->valuedouble;
+    if (v != floor(v) || v < lo || v > hi) return r_bad(c, where, key, "integer out of range");
+    *out = v;
+    return FP4_OK;
+}
+
+static fp4_status r_int(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, int *out)
+{
+    double v = *out;
+    fp4_status st = r_integer(c, o, where, key, required, INT_MIN, INT_MAX, &v);
+    *out = (int)v;
+    return st;
+}
+
+static fp4_status r_i64(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, int64_t *out)
+{
+    double v = (double)*out;
+    fp4_status st = r_integer(c, o, where, key, required, -TWO_POW_53, TWO_POW_53, &v);
+    *out = (int64_t)v;
+    return st;
+}
+
+/* An unsigned 64-bit value: a number (integral, 0..2^53) or a decimal string. */
+static fp4_status r_u64(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, unsigned long long *out)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    if (st != FP4_OK || !it) return st;
+    if (cJSON_IsString(it)) {
+        const char *s = it->valuestring;
+        char *end;
+        unsigned long long v;
+        if (!s[0] || s[0] < '0' || s[0] > '9')
+            return r_bad(c, where, key, "expected an unsigned integer");
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno || *end) return r_bad(c, where, key, "expected an unsigned integer");
+        *out = v;
+        return FP4_OK;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        it->valuedouble < 0 || it->valuedouble > TWO_POW_53)
+        return r_bad(c, where, key, "expected an unsigned integer");
+    *out = (unsigned long long)it->valuedouble;
+    return FP4_OK;
+}
+
+/* A flag: true/false (or a number, nonzero true); absent optional keeps *out. */
+static fp4_status r_flag(jr *c, const cJSON *o, const char *where, const char *key,
+                         int required, int *out)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    if (st != FP4_OK || !it) return st;
+    if (cJSON_IsBool(it)) *out = cJSON_IsTrue(it) ? 1 : 0;
+    else if (cJSON_IsNumber(it)) *out = it->valuedouble != 0.0;
+    else return r_bad(c, where, key, "expected true or false");
+    return FP4_OK;
+}
+
+/* A string into buf[cap]; null (when allowed) and absent optional give "". */
+static fp4_status r_str(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, int nullable, char *buf, size_t cap)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    size_t len;
+    buf[0] = '\0';
+    if (st != FP4_OK || !it) return st;
+    if (nullable && cJSON_IsNull(it)) return FP4_OK;
+    if (!cJSON_IsString(it)) return r_bad(c, where, key, "expected a string");
+    len = strlen(it->valuestring);
+    if (len >= cap) {
+        char what[64];
+        snprintf(what, sizeof what, "string longer than %zu bytes", cap - 1);
+        return r_bad(c, where, key, what);
+    }
+    memcpy(buf, it->valuestring, len + 1);
+    return FP4_OK;
+}
+#define R_STR(c, o, where, key, req, arr) r_str((c), (o), (where), (key), (req), 0, (arr), sizeof(arr))
+
+/* An object member (NULL *out when absent, or null and nullable). */
+static fp4_status r_obj(jr *c, const cJSON *o, const char *where, const char *key,
+                        int required, int nullable, const cJSON **out)
+{
+    fp4_status st;
+    const cJSON *it = r_get(c, o, where, key, required, &st);
+    *out = NULL;
+    if (st != FP4_OK || !it) return st;
+    if (nullable && cJSON_IsNull(it)) return FP4_OK;
+    if (!cJSON_IsObject(it)) return r_bad(c, where, key, nullable ? "expected an object or null"
+                                                                  : "expected an object");
+    *out = it;
+    return FP4_OK;
+}
+
+/* Run a reader step; on failure jump to the function's out label. */
+#define TRY(expr)                                                                \
+    do {                                                                         \
+        st = (expr);                                                             \
+        if (st != FP4_OK) goto out;                                              \
+    } while (0)
+
+/* Statistics object o (at path where): count required, the rest optional. */
+static fp4_status r_stats(jr *c, const cJSON *o, const char *where, fp4_stats *s)
+{
+    fp4_status st;
+    s->count = 0;
+    TRY(r_int(c, o, where, "count", 1, &s->count));
+    if (s->count < 0) return r_bad(c, where, "count", "negative");
+    TRY(r_num(c, o, where, "median", 0, &s->median));
+    TRY(r_num(c, o, where, "p10", 0, &s->p10));
+    TRY(r_num(c, o, where, "p90", 0, &s->p90));
+    TRY(r_num(c, o, where, "min", 0, &s->min));
+    TRY(r_num(c, o, where, "max", 0, &s->max));
+    TRY(r_num(c, o, where, "mean", 0, &s->mean));
+    TRY(r_num(c, o, where, "stdev", 0, &s->stdev));
+    TRY(r_num(c, o, where, "noise", 0, &s->noise));
+out:
+    return st;
+}
+
+/* A stats object with every value NaN and count 0 (nothing measured). */
+static void empty_stats(fp4_stats *s)
+{
+    s->count = 0;
+    s->median = s->p10 = s->p90 = s->min = s->max = s->mean = s->stdev = s->noise = NAN;
+}
+
+static fp4_status r_device(jr *c, const cJSON *root, fp4_device_info *d)
+{
+    const cJSON *o;
+    const char *w = "device";
+    fp4_status st;
+    TRY(r_obj(c, root, "", "device", 0, 0, &o));
+    if (!o) return FP4_OK;
+    TRY(r_flag(c, o, w, "present", 0, &d->present));
+    TRY(R_STR(c, o, w, "why_absent", 0, d->why_absent));
+    TRY(R_STR(c, o, w, "name", 0, d->name));
+    TRY(r_int(c, o, w, "cc_major", 0, &d->cc_major));
+    TRY(r_int(c, o, w, "cc_minor", 0, &d->cc_minor));
+    TRY(r_int(c, o, w, "sms", 0, &d->sms));
+    TRY(r_num(c, o, w, "l2_bytes", 0, &d->l2_bytes));
+    TRY(r_num(c, o, w, "mem_bytes", 0, &d->mem_bytes));
+    TRY(r_int(c, o, w, "driver_version", 0, &d->driver_version));
+    TRY(r_int(c, o, w, "runtime_version", 0, &d->runtime_version));
+    TRY(r_num(c, o, w, "sm_clock_max_mhz", 0, &d->sm_clock_max_mhz));
+    TRY(r_num(c, o, w, "mem_clock_max_mhz", 0, &d->mem_clock_max_mhz));
+    TRY(r_flag(c, o, w, "nvml", 0, &d->nvml));
+    TRY(R_STR(c, o, w, "driver_string", 0, d->driver_string));
+    TRY(r_int(c, o, w, "cpu_threads", 0, &d->cpu_threads));
+    TRY(r_num(c, o, w, "peak_bf16_tflops", 0, &d->peak_bf16_tflops));
+    TRY(r_num(c, o, w, "peak_fp8_tflops", 0, &d->peak_fp8_tflops));
+    TRY(r_num(c, o, w, "peak_fp4_tflops", 0, &d->peak_fp4_tflops));
+    TRY(r_num(c, o, w, "peak_bw_gbps", 0, &d->peak_bw_gbps));
+out:
+    return st;
+}
+
+static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
+{
+    const cJSON *o;
+    const char *w = "ceilings";
+    fp4_status st;
+    TRY(r_obj(c, root, "", "ceilings", 0, 0, &o));
+    if (!o) return FP4_OK;
+    TRY(r_flag(c, o, w, "measured", 0, &ce->measured));
+    TRY(r_num(c, o, w, "read_gbps", 0, &ce->read_gbps));
+    TRY(r_num(c, o, w, "bf16_tflops", 0, &ce->bf16_tflops));
+    TRY(r_num(c, o, w, "fp8_tflops", 0, &ce->fp8_tflops));
+    TRY(r_num(c, o, w, "cpu_gflops", 0, &ce->cpu_gflops));
+out:
+    return st;
+}
+
+/* Settings start from fp4_settings_default; present members override. */
+static fp4_status r_settings(jr *c, const cJSON *root, fp4_settings *s)
+{
+    const cJSON *o;
+    const char *w = "settings";
+    char data[32];
+    unsigned long long seed;
+    fp4_status st;
+    fp4_settings_default(s);
+    TRY(r_obj(c, root, "", "settings", 0, 0, &o));
+    if (!o) return FP4_OK;
+    seed = s->seed;
+    TRY(r_u64(c, o, w, "seed", 0, &seed));
+    s->seed = (uint64_t)seed;
+    TRY(R_STR(c, o, w, "data", 0, data));
+    if (data[0] && fp4_data_kind_parse(data, &s->data) != 0)
+        return r_bad(c, w, "data", "unknown data kind");
+    TRY(r_flag(c, o, w, "hot", 0, &s->hot));
+    TRY(r_flag(c, o, w, "use_graphs", 0, &s->use_graphs));
+    TRY(r_flag(c, o, w, "measure_launch", 0, &s->measure_launch));
+    TRY(r_num(c, o, w, "warmup_ms", 0, &s->warmup_ms));
+    TRY(r_int(c, o, w, "min_samples", 0, &s->stop.min_samples));
+    TRY(r_num(c, o, w, "noise_target", 0, &s->stop.noise_target));
+    TRY(r_num(c, o, w, "min_time_s", 0, &s->stop.min_time_s));
+    TRY(r_num(c, o, w, "max_time_s", 0, &s->stop.max_time_s));
+    TRY(r_str(c, o, w, "baseline", 0, 1, s->baseline, sizeof s->baseline));
+    TRY(r_flag(c, o, w, "keep_samples", 0, &s->keep_samples));
+    TRY(r_flag(c, o, w, "measure_ceilings", 0, &s->measure_ceilings));
+    TRY(r_flag(c, o, w, "verify_only", 0, &s->verify_only));
+out:
+    return st;
+}
+
+/* Row o (the index-th) into x; x->samples is allocated when samples_us is
+ * present (the caller frees it on failure). */
+static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
+{
+    char w[48], sub[64], state[16];
+    const cJSON *t, *a;
+    fp4_status st;
+    int n;
+    snprintf(w, sizeof w, "rows[%d]", index);
+    memset(x, 0, sizeof *x);
+    if (!cJSON_IsObject(o)) return r_bad(c, w, NULL, "expected an object");
+    TRY(R_STR(c, o, w, "label", 1, x->label));
+    TRY(r_i64(c, o, w, "m", 1, &x->shape.m));
+    TRY(r_i64(c, o, w, "n", 1, &x->shape.n));
+    TRY(r_i64(c, o, w, "k", 1, &x->shape.k));
+    TRY(R_STR(c, o, w, "backend", 1, x->backend));
+    TRY(R_STR(c, o, w, "variant", 0, x->variant));
+    TRY(R_STR(c, o, w, "state", 1, state));
+    if (strcmp(state, fp4_row_state_name(FP4_ROW_OK)) == 0) x->state = FP4_ROW_OK;
+    else if (strcmp(state, fp4_row_state_name(FP4_ROW_UNSUPPORTED)) == 0)
+        x->state = FP4_ROW_UNSUPPORTED;
+    else if (strcmp(state, fp4_row_state_name(FP4_ROW_FAILED)) == 0) x->state = FP4_ROW_FAILED;
+    else return r_bad(c, w, "state", "expected \"ok\", \"unsupported\" or \"FAILED\"");
+    TRY(R_STR(c, o, w, "reason", 0, x->reason));
+    TRY(r_int(c, o, w, "verified", 0, &x->verified));
+    if (x->verified < -1 || x->verified > 1) return r_bad(c, w, "verified", "expected -1, 0 or 1");
+    TRY(R_STR(c, o, w, "verify_note", 0, x->verify_note));
+    TRY(r_num(c, o, w, "err_max", 0, &x->err_max));
+    TRY(r_num(c, o, w, "err_norm", 0, &x->err_norm));
+    TRY(R_STR(c, o, w, "l2", 1, x->l2));
+    TRY(R_STR(c, o, w, "timing", 0, x->timing));
+    TRY(r_int(c, o, w, "copies", 0, &x->copies));
+    TRY(r_int(c, o, w, "batch", 0, &x->batch));
+    TRY(r_num(c, o, w, "rotation_bytes", 0, &x->rotation_bytes));
+
+    TRY(r_obj(c, o, w, "time_us", 1, 0, &t));
+    snprintf(sub, sizeof sub, "%s.time_us", w);
+    TRY(r_stats(c, t, sub, &x->t));
+    empty_stats(&x->t_launch);
+    TRY(r_obj(c, o, w, "launch_us", 0, 1, &t));
+    snprintf(sub, sizeof sub, "%s.launch_us", w);
+    if (t) TRY(r_stats(c, t, sub, &x->t_launch));
+
+    TRY(r_flag(c, o, w, "timed_out", 0, &x->timed_out));
+    TRY(r_num(c, o, w, "prepare_ms", 0, &x->prepare_ms));
+    TRY(r_num(c, o, w, "flops", 0, &x->flops));
+    TRY(r_num(c, o, w, "bytes", 0, &x->bytes));
+    TRY(r_num(c, o, w, "tflops", 0, &x->tflops));
+    TRY(r_num(c, o, w, "gbps", 0, &x->gbps));
+    TRY(r_num(c, o, w, "floor_us", 0, &x->floor_us));
+    TRY(r_num(c, o, w, "pct_roofline", 0, &x->pct_roofline));
+    TRY(r_num(c, o, w, "pct_peak", 0, &x->pct_peak));
+
+    x->ratio = x->ratio_lo = x->ratio_hi = NAN;
+    TRY(r_obj(c, o, w, "ratio", 0, 1, &t));
+    snprintf(sub, sizeof sub, "%s.ratio", w);
+    if (t) {
+        x->has_ratio = 1;
+        TRY(r_num(c, t, sub, "value", 1, &x->ratio));
+        TRY(r_num(c, t, sub, "lo", 0, &x->ratio_lo));
+        TRY(r_num(c, t, sub, "hi", 0, &x->ratio_hi));
+    }
+
+    TRY(r_obj(c, o, w, "telemetry", 0, 1, &t));
+    snprintf(sub, sizeof sub, "%s.telemetry", w);
+    if (t) {
+        x->tel.valid = 1;
+        TRY(r_num(c, t, sub, "sm_clock_mhz", 0, &x->tel.sm_clock_mhz));
+        TRY(r_num(c, t, sub, "sm_clock_min_mhz", 0, &x->tel.sm_clock_min_mhz));
+        TRY(r_num(c, t, sub, "mem_clock_mhz", 0, &x->tel.mem_clock_mhz));
+        TRY(r_num(c, t, sub, "power_w", 0, &x->tel.power_w));
+        TRY(r_num(c, t, sub, "temp_c", 0, &x->tel.temp_c));
+        TRY(r_u64(c, t, sub, "throttle_reasons", 0, &x->tel.throttle_reasons));
+        TRY(r_int(c, t, sub, "low_clock_samples", 0, &x->tel.low_clock_samples));
+    }
+
+    a = cJSON_GetObjectItemCaseSensitive(o, "samples_us");
+    if (a && !cJSON_IsNull(a)) {
+        const cJSON *e;
+        if (!cJSON_IsArray(a)) return r_bad(c, w, "samples_us", "expected an array");
+        n = cJSON_GetArraySize(a);
+        if (n > 0) {
+            x->samples = malloc((size_t)n * sizeof *x->samples);
+            if (!x->samples)
+                return fp4_fail(c->err, FP4_ERR_NOMEM, "%s: out of memory for %d samples",
+                                c->file, n);
+        }
+        n = 0;
+        cJSON_ArrayForEach(e, a) {
+            if (cJSON_IsNull(e)) x->samples[n] = NAN;
+            else if (cJSON_IsNumber(e)) x->samples[n] = e->valuedouble;
+            else {
+                snprintf(sub, sizeof sub, "samples_us[%d]", n);
+                return r_bad(c, w, sub, "expected a number or null");
+            }
+            n++;
+        }
+        x->nsamples = n;
+    }
+out:
+    return st;
+}
+
+/* The whole file into a NUL-terminated buffer (*len excludes the NUL). */
+static fp4_status slurp(const char *path, char **buf, size_t *len, fp4_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL, *nb;
+    size_t n = 0, cap = 0, got;
+    fp4_status st = FP4_OK;
+    *buf = NULL;
+    *len = 0;
+    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    for (;;) {
+        if (cap - n < 4096) {
+            size_t ncap = cap ? 2 * cap : 65536;
+            nb = ncap > cap ? realloc(b, ncap + 1) : NULL;
+            if (!nb) {
+                st = fp4_fail(err, FP4_ERR_NOMEM, "out of memory reading %s", path);
+                goto out;
+            }
+            b = nb;
+            cap = ncap;
+        }
+        got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        goto out;
+    }
+    b[n] = '\0';
+out:
+    fclose(f);
+    if (st != FP4_OK) {
+        free(b);
+        return st;
+    }
+    *buf = b;
+    *len = n;
+    return FP4_OK;
+}
+
+/* Read a report written by fp4_report_write_json (schema_version 1). r is
+ * overwritten (not freed first: pass a zeroed or freed report). On failure r
+ * holds no rows and fp4_report_free(r) stays safe. */
+fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err)
+{
+    jr c;
+    char *buf = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    const cJSON *rows, *e, *o;
+    const char *end = NULL;
+    int version = 0, index = 0;
+    fp4_status st;
+    fp4_row row;
+
+    if (!path || !r) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_read_json: NULL argument");
+    memset(r, 0, sizeof *r);
+    memset(&row, 0, sizeof row);
+    c.file = path;
+    c.err = err;
+    TRY(slurp(path, &buf, &len, err));
+
+    root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
+    if (!root) {
+        size_t at = (end && end >= buf && end <= buf + len) ? (size_t)(end - buf) : len;
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not valid JSON (%s at byte %zu of %zu)", path,
+                      at >= len ? "ends early" : "syntax error", at, len);
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        st = r_bad(&c, "", "(top level)", "expected an object");
+        goto out;
+    }
+    TRY(r_int(&c, root, "", "schema_version", 1, &version));
+    if (version != FP4_JSON_SCHEMA_VERSION) {
+        char what[96];
+        snprintf(what, sizeof what, "unsupported version %d (this build reads %d)", version,
+                 FP4_JSON_SCHEMA_VERSION);
+        st = r_bad(&c, "", "schema_version", what);
+        goto out;
+    }
+    TRY(r_obj(&c, root, "", "fp4bench", 0, 0, &o));
+    if (o) {
+        TRY(R_STR(&c, o, "fp4bench", "version", 0, r->version));
+        TRY(R_STR(&c, o, "fp4bench", "commit", 0, r->commit));
+    }
+    TRY(R_STR(&c, root, "", "started", 0, r->started));
+    TRY(R_STR(&c, root, "", "host", 0, r->host));
+    TRY(R_STR(&c, root, "", "command", 0, r->command));
+    TRY(r_device(&c, root, &r->dev));
+    TRY(r_ceilings(&c, root, &r->ceil));
+    TRY(r_settings(&c, root, &r->set));
+
+    rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
+    if (!rows) {
+        st = r_bad(&c, "", "rows", "missing");
+        goto out;
+    }
+    if (!cJSON_IsArray(rows)) {
+        st = r_bad(&c, "", "rows", "expected an array");
+        goto out;
+    }
+    cJSON_ArrayForEach(e, rows) {
+        st = r_row(&c, e, index++, &row);
+        if (st != FP4_OK) {
+            free(row.samples);
+            goto out;
+        }
+        TRY(fp4_report_add(r, &row, err)); /* takes row.samples in every case */
+        row.samples = NULL;
+    }
+out:
+    if (st != FP4_OK) fp4_report_free(r);
+    cJSON_Delete(root);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,975 @@
+/* Tests of include/fp4/io.h: .npy and .safetensors round trips, NVFP4
+ * checkpoints, and bad files (truncated at every length, corrupted headers,
+ * wrong dtypes and shapes) that must fail cleanly with the right status. */
+#include "fp4/io.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char g_dir[64];
+static int g_verbose; /* FP4_TEST_VERBOSE=1: print every expected error message */
+
+/* Path of file name in the temporary directory, in a buffer of its own: a
+ * ring of 8, so that a few paths can be alive at once (tests keep theirs in
+ * local arrays, see TMP_PATH). */
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][512];
+    static int which;
+    which = (which + 1) % 8;
+    snprintf(buf[which], sizeof buf[which], "%s/%s", g_dir, name);
+    return buf[which];
+}
+
+/* Declare a local char array var holding the temporary path of name. */
+#define TMP_PATH(var, name)                                                      \
+    char var[512];                                                               \
+    snprintf(var, sizeof var, "%s/%s", g_dir, name)
+
+/* Remove every file of the temporary directory and the directory. */
+static void cleanup_dir(void)
+{
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        remove(tmp_path(e->d_name));
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+/* Deterministic bytes. */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+
+static void fill_random(void *p, size_t n)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd();
+}
+
+/* Write n bytes to path; 0 on success. */
+static int write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    int ok;
+    if (!f) return -1;
+    ok = fwrite(p, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* Whole file into a malloc'ed buffer; NULL on failure. */
+static unsigned char *read_bytes(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *p = NULL;
+    long sz;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        p = malloc((size_t)sz + 1);
+        if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
+            free(p);
+            p = NULL;
+        }
+        *n = (size_t)sz;
+    }
+    fclose(f);
+    return p;
+}
+
+/* A one-line message that names the file. */
+static int good_msg(const fp4_err *e, const char *path)
+{
+    return e->msg[0] && !strchr(e->msg, '\n') && strstr(e->msg, path) != NULL;
+}
+
+static int tensor_empty(const fp4_tensor *t)
+{
+    return t->data == NULL && t->nbytes == 0 && t->ndim == 0;
+}
+
+/* ---- .npy ------------------------------------------------------------------ */
+
+/* Write a .npy by hand: version major, header text (padded with '\n' only if
+ * pad), then ndata random bytes. */
+static void write_npy_raw(const char *path, int major, int hlen_override, const char *header,
+                          size_t ndata)
+{
+    size_t hl = strlen(header), pre = major == 1 ? 10 : 12, n = pre + hl + ndata;
+    unsigned char *b = calloc(n, 1);
+    memcpy(b, "\x93NUMPY", 6);
+    b[6] = (unsigned char)major;
+    b[7] = 0;
+    if (hlen_override >= 0) hl = (size_t)hlen_override;
+    b[8] = (unsigned char)(hl & 0xff);
+    b[9] = (unsigned char)(hl >> 8 & 0xff);
+    if (major != 1) {
+        b[10] = (unsigned char)(hl >> 16 & 0xff);
+        b[11] = (unsigned char)(hl >> 24 & 0xff);
+    }
+    memcpy(b + pre, header, strlen(header));
+    fill_random(b + pre + strlen(header), ndata);
+    CHECK(write_bytes(path, b, n) == 0);
+    free(b);
+}
+
+/* Expect fp4_npy_read(path) to give status want with a good message. */
+static void expect_npy(const char *path, fp4_status want, const char *what)
+{
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+    fp4_status st = fp4_npy_read(path, &t, &e);
+    CHECK_MSG(st == want, "%s: status %d, want %d (%s)", what, (int)st, (int)want, e.msg);
+    if (g_verbose) printf("%-28s %s\n", what, e.msg);
+    if (st != FP4_OK) {
+        CHECK_MSG(good_msg(&e, path), "%s: message '%s'", what, e.msg);
+        CHECK_MSG(tensor_empty(&t), "%s: output not empty on failure", what);
+    }
+    fp4_tensor_free(&t);
+}
+
+static void test_dtype_helpers(void)
+{
+    fp4_tensor t[3];
+    memset(t, 0, sizeof t);
+    CHECK(fp4_dtype_size(FP4_DT_F32) == 4);
+    CHECK(fp4_dtype_size(FP4_DT_F16) == 2);
+    CHECK(fp4_dtype_size(FP4_DT_BF16) == 2);
+    CHECK(fp4_dtype_size(FP4_DT_U8) == 1);
+    CHECK(fp4_dtype_size(FP4_DT_F8_E4M3) == 1);
+    CHECK(fp4_dtype_size(FP4_DT_COUNT) == 0);
+    CHECK(strcmp(fp4_dtype_name(FP4_DT_F8_E4M3), "F8_E4M3") == 0);
+    CHECK(strcmp(fp4_dtype_name(FP4_DT_BF16), "BF16") == 0);
+    CHECK(strcmp(fp4_dtype_name(FP4_DT_U8), "U8") == 0);
+    CHECK(fp4_tensor_numel(&t[0]) == 1); /* scalar */
+    t[0].ndim = 3;
+    t[0].shape[0] = 2;
+    t[0].shape[1] = 3;
+    t[0].shape[2] = 4;
+    CHECK(fp4_tensor_numel(&t[0]) == 24);
+    t[0].shape[1] = 0;
+    CHECK(fp4_tensor_numel(&t[0]) == 0);
+    t[0].shape[1] = -1;
+    CHECK(fp4_tensor_numel(&t[0]) == -1);
+    t[0].ndim = 2;
+    t[0].shape[0] = INT64_MAX;
+    t[0].shape[1] = 2;
+    CHECK(fp4_tensor_numel(&t[0]) == -1);
+    t[0].ndim = 5;
+    CHECK(fp4_tensor_numel(&t[0]) == -1);
+    CHECK(fp4_tensor_numel(NULL) == -1);
+    strcpy(t[0].name, "a");
+    strcpy(t[1].name, "bb");
+    strcpy(t[2].name, "c");
+    CHECK(fp4_tensor_find(t, 3, "bb") == &t[1]);
+    CHECK(fp4_tensor_find(t, 3, "b") == NULL);
+    CHECK(fp4_tensor_find(NULL, 0, "b") == NULL);
+    fp4_tensor_free(NULL);
+}
+
+static void test_npy_roundtrip(void)
+{
+    static const int ndims[] = {0, 1, 2, 3, 2, 4, 1};
+    static const int64_t shapes[][4] = {{0}, {5}, {3, 4}, {2, 3, 4}, {1, 0}, {2, 1, 3, 1}, {1}};
+    static const fp4_dtype dts[] = {FP4_DT_F32, FP4_DT_F16, FP4_DT_BF16, FP4_DT_U8};
+    TMP_PATH(path, "rt.npy");
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        for (size_t s = 0; s < sizeof ndims / sizeof ndims[0]; s++) {
+            fp4_tensor t, r;
+            fp4_err e = {FP4_OK, ""};
+            size_t fsz = 0;
+            unsigned char *raw;
+            memset(&t, 0, sizeof t);
+            t.dtype = dts[d];
+            t.ndim = ndims[s];
+            memcpy(t.shape, shapes[s], sizeof t.shape);
+            t.nbytes = (size_t)fp4_tensor_numel(&t) * fp4_dtype_size(t.dtype);
+            t.data = malloc(t.nbytes + 1);
+            fill_random(t.data, t.nbytes);
+            CHECK_MSG(fp4_npy_write(path, &t, &e) == FP4_OK, "write: %s", e.msg);
+            CHECK_MSG(fp4_npy_read(path, &r, &e) == FP4_OK, "read: %s", e.msg);
+            CHECK(r.dtype == t.dtype);
+            CHECK(r.ndim == t.ndim);
+            CHECK(memcmp(r.shape, t.shape, sizeof(int64_t) * (size_t)t.ndim) == 0);
+            CHECK(r.nbytes == t.nbytes);
+            CHECK(r.data && (t.nbytes == 0 || memcmp(r.data, t.data, t.nbytes) == 0));
+            raw = read_bytes(path, &fsz);
+            CHECK(raw != NULL);
+            if (raw) {
+                size_t hl = (size_t)raw[8] | (size_t)raw[9] << 8;
+                CHECK(raw[6] == 1 && raw[7] == 0);
+                CHECK((10 + hl) % 64 == 0);
+                CHECK(fsz == 10 + hl + t.nbytes);
+                CHECK(raw[10 + hl - 1] == '\n');
+            }
+            free(raw);
+            fp4_tensor_free(&r);
+            free(t.data);
+        }
+    }
+}
+
+static void test_npy_header_text(void)
+{
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+    float v[12] = {0};
+    unsigned char *raw;
+    size_t n = 0;
+    TMP_PATH(path, "text.npy");
+    memset(&t, 0, sizeof t);
+    t.dtype = FP4_DT_F32;
+    t.ndim = 2;
+    t.shape[0] = 3;
+    t.shape[1] = 4;
+    t.data = v;
+    t.nbytes = sizeof v;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_OK);
+    raw = read_bytes(path, &n);
+    CHECK(raw && n > 80 &&
+          memcmp(raw + 10, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 59) == 0);
+    free(raw);
+    t.ndim = 1;
+    t.shape[0] = 12;
+    t.dtype = FP4_DT_F32;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_OK);
+    raw = read_bytes(path, &n);
+    CHECK(raw && strstr((char *)raw + 10, "'shape': (12,), }") != NULL);
+    free(raw);
+    t.ndim = 0;
+    t.nbytes = 4;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_OK);
+    raw = read_bytes(path, &n);
+    CHECK(raw && strstr((char *)raw + 10, "'shape': (), }") != NULL);
+    free(raw);
+    t.ndim = 1;
+    t.shape[0] = 12;
+    t.nbytes = sizeof v;
+    t.dtype = FP4_DT_BF16; /* 48 bytes are 24 bf16, not 12 */
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_ERR_INVALID_ARG);
+    t.nbytes = 24;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_OK);
+    raw = read_bytes(path, &n);
+    CHECK(raw && strstr((char *)raw + 10, "{'descr': '<V2',") != NULL);
+    free(raw);
+    /* invalid tensors are refused */
+    t.dtype = FP4_DT_F8_E4M3;
+    t.nbytes = 12;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_ERR_DTYPE);
+    t.dtype = FP4_DT_F32;
+    t.nbytes = 47;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_ERR_INVALID_ARG);
+    t.shape[0] = -3;
+    CHECK(fp4_npy_write(path, &t, &e) == FP4_ERR_INVALID_ARG);
+    t.shape[0] = 12;
+    t.nbytes = 48;
+    CHECK(fp4_npy_write(tmp_path("no/such/dir.npy"), &t, &e) == FP4_ERR_IO);
+}
+
+static void test_npy_parse_variants(void)
+{
+    TMP_PATH(p, "var.npy");
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+
+    write_npy_raw(p, 2, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", 24);
+    expect_npy(p, FP4_OK, "v2.0");
+    write_npy_raw(p, 3, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", 24);
+    expect_npy(p, FP4_OK, "v3.0");
+    write_npy_raw(p, 1, -1, "{\"shape\":(2,3,),\"fortran_order\":False,\"descr\":\"<f2\"}", 12);
+    expect_npy(p, FP4_OK, "keys reordered, double quotes, no spaces");
+    write_npy_raw(p, 1, -1, "  { 'fortran_order' : False , 'shape' : ( 3L , 2L ) , 'descr' : '|u1' }  \n ",
+                  6);
+    expect_npy(p, FP4_OK, "spaces and python2 longs");
+    write_npy_raw(p, 1, -1, "{'descr': '<u1', 'fortran_order': False, 'shape': (7,)}", 7);
+    expect_npy(p, FP4_OK, "<u1");
+
+    write_npy_raw(p, 1, -1, "{'descr': '|V2', 'fortran_order': False, 'shape': (4,), }", 8);
+    CHECK(fp4_npy_read(p, &t, &e) == FP4_OK && t.dtype == FP4_DT_BF16 && t.ndim == 1 && t.shape[0] == 4);
+    fp4_tensor_free(&t);
+    write_npy_raw(p, 1, -1, "{'descr': 'bfloat16', 'fortran_order': False, 'shape': (2, 2), }", 8);
+    CHECK(fp4_npy_read(p, &t, &e) == FP4_OK && t.dtype == FP4_DT_BF16 && t.nbytes == 8);
+    fp4_tensor_free(&t);
+    write_npy_raw(p, 1, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
+    CHECK(fp4_npy_read(p, &t, &e) == FP4_OK && t.ndim == 0 && t.nbytes == 4);
+    fp4_tensor_free(&t);
+
+    /* rejected */
+    write_npy_raw(p, 1, -1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24);
+    expect_npy(p, FP4_ERR_UNSUPPORTED, "fortran order");
+    write_npy_raw(p, 1, -1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
+    expect_npy(p, FP4_ERR_DTYPE, "big-endian");
+    write_npy_raw(p, 1, -1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 24);
+    expect_npy(p, FP4_ERR_DTYPE, "float64");
+    write_npy_raw(p, 1, -1, "{'descr': '|V1', 'fortran_order': False, 'shape': (3,), }", 3);
+    expect_npy(p, FP4_ERR_DTYPE, "V1");
+    write_npy_raw(p, 1, -1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", 12);
+    expect_npy(p, FP4_ERR_FORMAT, "structured");
+    write_npy_raw(p, 1, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 2), }", 8);
+    expect_npy(p, FP4_ERR_UNSUPPORTED, "5 dims");
+    {
+        static const char *const bad[] = {
+            "{'descr': '<f4', 'fortran_order': False}",                           /* no shape */
+            "{'descr': '<f4', 'shape': (3,)}",                                    /* no fortran */
+            "{'fortran_order': False, 'shape': (3,)}",                            /* no descr */
+            "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (-3,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': [3]}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4}",
+            "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (3,)}",
+            "{'descr': '<f4', 'fortran_order': 0, 'shape': (3,)}",
+            "{'descr': <f4, 'fortran_order': False, 'shape': (3,)}",
+            "{'descr': '<f4, 'fortran_order': False, 'shape': (3,)}",
+            "{'descr': '<f4' 'fortran_order': False, 'shape': (3,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)",
+            "'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776, 1099511627776)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807,)}",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", /* data: 12 expected, 13 present */
+            "",
+            "{}",
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char what[64];
+            write_npy_raw(p, 1, -1, bad[i], 13);
+            snprintf(what, sizeof what, "bad header %zu", i);
+            expect_npy(p, FP4_ERR_FORMAT, what);
+        }
+    }
+    /* a NUL inside the header */
+    {
+        unsigned char b[10 + 58 + 12];
+        const char *h = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}  \n";
+        memcpy(b, "\x93NUMPY\x01\x00\x3a\x00", 10);
+        memcpy(b + 10, h, 58);
+        b[10 + 56] = '\0';
+        memset(b + 68, 0, 12);
+        CHECK(write_bytes(p, b, sizeof b) == 0);
+        expect_npy(p, FP4_ERR_FORMAT, "NUL in header");
+        b[10 + 56] = ' ';
+        CHECK(write_bytes(p, b, sizeof b) == 0);
+        expect_npy(p, FP4_OK, "NUL in header, control");
+    }
+    /* absurd header lengths, a header longer than the file, bad magic, version */
+    write_npy_raw(p, 2, 0x7fffffff, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 12);
+    expect_npy(p, FP4_ERR_FORMAT, "absurd header length");
+    write_npy_raw(p, 1, 0xffff, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 12);
+    expect_npy(p, FP4_ERR_FORMAT, "header longer than the file");
+    write_npy_raw(p, 4, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 12);
+    expect_npy(p, FP4_ERR_FORMAT, "version 4");
+    CHECK(write_bytes(p, "\x93NUMPX\x01\x00\x00\x00", 10) == 0);
+    expect_npy(p, FP4_ERR_FORMAT, "bad magic");
+    CHECK(write_bytes(p, "", 0) == 0);
+    expect_npy(p, FP4_ERR_FORMAT, "empty file");
+    /* missing files and directories */
+    expect_npy(tmp_path("missing.npy"), FP4_ERR_IO, "missing");
+    expect_npy(g_dir, FP4_ERR_IO, "directory");
+    CHECK(fp4_npy_read(NULL, &t, &e) == FP4_ERR_INVALID_ARG);
+}
+
+/* Every proper prefix of the file at path must fail with FP4_ERR_FORMAT. */
+static void check_prefixes(const char *path, int is_npy, const char *what)
+{
+    size_t n = 0;
+    unsigned char *raw = read_bytes(path, &n);
+    const char *q = tmp_path("prefix.bin");
+    int bad = 0;
+    CHECK(raw != NULL);
+    if (!raw) return;
+    for (size_t len = 0; len < n; len++) {
+        fp4_err e = {FP4_OK, ""};
+        fp4_status st;
+        CHECK(write_bytes(q, raw, len) == 0);
+        if (is_npy) {
+            fp4_tensor t;
+            st = fp4_npy_read(q, &t, &e);
+            if (!tensor_empty(&t)) bad++;
+            fp4_tensor_free(&t);
+        } else {
+            fp4_tensor *ts = (fp4_tensor *)&e; /* must be reset to NULL */
+            int c = -1;
+            st = fp4_safetensors_read(q, &ts, &c, &e);
+            if (ts != NULL || c != 0) bad++;
+        }
+        if (st != FP4_ERR_FORMAT || !good_msg(&e, q)) {
+            if (bad++ < 5)
+                fprintf(stderr, "%s: prefix of %zu/%zu bytes: status %d (%s)\n", what, len, n, (int)st,
+                        e.msg);
+        }
+    }
+    CHECK_MSG(bad == 0, "%s: %d prefixes misbehaved", what, bad);
+    free(raw);
+}
+
+/* Flip bytes of the file: reading must never crash or leak; a success must be
+ * self-consistent. */
+static void fuzz_bytes(const char *path, int is_npy)
+{
+    size_t n = 0;
+    unsigned char *raw = read_bytes(path, &n);
+    const char *q = tmp_path("fuzz.bin");
+    static const unsigned char vals[] = {0x00, 0xff, '9', ']', '"', ' '};
+    int bad = 0;
+    if (!raw) {
+        CHECK(raw != NULL);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t v = 0; v < sizeof vals; v++) {
+            unsigned char old = raw[i];
+            fp4_err e = {FP4_OK, ""};
+            raw[i] = vals[v];
+            CHECK(write_bytes(q, raw, n) == 0);
+            raw[i] = old;
+            if (is_npy) {
+                fp4_tensor t;
+                fp4_status st = fp4_npy_read(q, &t, &e);
+                if (st == FP4_OK &&
+                    (size_t)fp4_tensor_numel(&t) * fp4_dtype_size(t.dtype) != t.nbytes)
+                    bad++;
+                if (st != FP4_OK && !good_msg(&e, q)) bad++;
+                fp4_tensor_free(&t);
+            } else {
+                fp4_tensor *ts = NULL;
+                int c = 0;
+                fp4_status st = fp4_safetensors_read(q, &ts, &c, &e);
+                if (st == FP4_OK) {
+                    for (int k = 0; k < c; k++) {
+                        if ((size_t)fp4_tensor_numel(&ts[k]) * fp4_dtype_size(ts[k].dtype) !=
+                            ts[k].nbytes)
+                            bad++;
+                        fp4_tensor_free(&ts[k]);
+                    }
+                    free(ts);
+                } else if (!good_msg(&e, q) || ts != NULL) {
+                    bad++;
+                }
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "fuzz %s: %d inconsistent results", path, bad);
+    free(raw);
+}
+
+static void test_npy_truncated(void)
+{
+    TMP_PATH(p, "trunc.npy");
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+    float v[12];
+    memset(&t, 0, sizeof t);
+    fill_random(v, sizeof v);
+    t.dtype = FP4_DT_F32;
+    t.ndim = 2;
+    t.shape[0] = 3;
+    t.shape[1] = 4;
+    t.data = v;
+    t.nbytes = sizeof v;
+    CHECK(fp4_npy_write(p, &t, &e) == FP4_OK);
+    check_prefixes(p, 1, "npy v1");
+    fuzz_bytes(p, 1);
+    write_npy_raw(p, 2, -1, "{'descr': '<f2', 'fortran_order': False, 'shape': (5,), }\n", 10);
+    expect_npy(p, FP4_OK, "v2 for prefixes");
+    check_prefixes(p, 1, "npy v2");
+}
+
+/* Write a .npy of float values v [rows, cols] in dtype dt. */
+static void write_float_npy(const char *path, fp4_dtype dt, int ndim, int64_t rows, int64_t cols,
+                            const float *v)
+{
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+    size_t n = (size_t)(rows * cols);
+    memset(&t, 0, sizeof t);
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.shape[0] = ndim == 1 ? rows * cols : rows;
+    t.shape[1] = cols;
+    t.nbytes = n * fp4_dtype_size(dt);
+    t.data = malloc(t.nbytes + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == FP4_DT_F32) ((float *)t.data)[i] = v[i];
+        else if (dt == FP4_DT_F16) ((uint16_t *)t.data)[i] = fp4_f16_from_float(v[i]);
+        else if (dt == FP4_DT_BF16) ((uint16_t *)t.data)[i] = fp4_bf16_from_float(v[i]);
+        else ((uint8_t *)t.data)[i] = (uint8_t)v[i];
+    }
+    CHECK_MSG(fp4_npy_write(path, &t, &e) == FP4_OK, "%s", e.msg);
+    free(t.data);
+}
+
+static void test_npy_matrix_f32(void)
+{
+    static const fp4_dtype dts[] = {FP4_DT_F32, FP4_DT_F16, FP4_DT_BF16};
+    TMP_PATH(p, "mat.npy");
+    float v[15];
+    for (int i = 0; i < 15; i++) v[i] = (float)(i - 7) * 0.25f; /* exact in f16 and bf16 */
+    for (size_t d = 0; d < 3; d++) {
+        float *x = NULL;
+        int64_t r = 0, c = 0;
+        fp4_err e = {FP4_OK, ""};
+        write_float_npy(p, dts[d], 2, 3, 5, v);
+        CHECK_MSG(fp4_npy_read_matrix_f32(p, &x, &r, &c, &e) == FP4_OK, "%s", e.msg);
+        CHECK(r == 3 && c == 5 && x != NULL);
+        CHECK(x && memcmp(x, v, sizeof v) == 0);
+        free(x);
+    }
+    {
+        float *x = (float *)v;
+        int64_t r = 9, c = 9;
+        fp4_err e = {FP4_OK, ""};
+        write_float_npy(p, FP4_DT_F32, 1, 3, 5, v);
+        CHECK(fp4_npy_read_matrix_f32(p, &x, &r, &c, &e) == FP4_ERR_DTYPE);
+        CHECK_MSG(strstr(e.msg, "1-D") != NULL && good_msg(&e, p), "%s", e.msg);
+        CHECK(x == NULL && r == 0 && c == 0);
+        write_float_npy(p, FP4_DT_U8, 2, 3, 5, v);
+        CHECK(fp4_npy_read_matrix_f32(p, &x, &r, &c, &e) == FP4_ERR_DTYPE);
+        CHECK_MSG(strstr(e.msg, "U8") != NULL, "%s", e.msg);
+        write_float_npy(p, FP4_DT_F32, 2, 0, 5, v);
+        CHECK(fp4_npy_read_matrix_f32(p, &x, &r, &c, &e) == FP4_ERR_SHAPE);
+        CHECK(fp4_npy_read_matrix_f32(tmp_path("nope.npy"), &x, &r, &c, &e) == FP4_ERR_IO);
+        CHECK(x == NULL);
+    }
+}
+
+/* ---- .safetensors --------------------------------------------------------------- */
+
+/* Write a .safetensors by hand: 8-byte length (hlen, or strlen(json) if
+ * hlen == UINT64_MAX), the JSON, then ndata random bytes. */
+static void write_st_raw(const char *path, uint64_t hlen, const char *json, size_t ndata)
+{
+    size_t jl = strlen(json), n = 8 + jl + ndata;
+    unsigned char *b = calloc(n, 1);
+    if (hlen == UINT64_MAX) hlen = jl;
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(hlen >> (8 * i));
+    memcpy(b + 8, json, jl);
+    fill_random(b + 8 + jl, ndata);
+    CHECK(write_bytes(path, b, n) == 0);
+    free(b);
+}
+
+/* Expect fp4_safetensors_read(path) to give status want with a good message. */
+static void expect_st(const char *path, fp4_status want, const char *what)
+{
+    fp4_tensor *ts = NULL;
+    int c = -1;
+    fp4_err e = {FP4_OK, ""};
+    fp4_status st = fp4_safetensors_read(path, &ts, &c, &e);
+    CHECK_MSG(st == want, "%s: status %d, want %d (%s)", what, (int)st, (int)want, e.msg);
+    if (g_verbose) printf("%-28s %s\n", what, e.msg);
+    if (st == FP4_OK) {
+        for (int i = 0; i < c; i++) fp4_tensor_free(&ts[i]);
+        free(ts);
+    } else {
+        CHECK_MSG(good_msg(&e, path), "%s: message '%s'", what, e.msg);
+        CHECK(ts == NULL && c == 0);
+    }
+}
+
+static void test_st_roundtrip(void)
+{
+    TMP_PATH(p, "rt.safetensors");
+    fp4_tensor w[6], *r = NULL;
+    int c = 0;
+    fp4_err e = {FP4_OK, ""};
+    size_t total = 0, n = 0;
+    unsigned char *raw;
+    static const fp4_dtype dts[6] = {FP4_DT_U8, FP4_DT_F8_E4M3, FP4_DT_F32, FP4_DT_F16, FP4_DT_BF16,
+                                     FP4_DT_F32};
+    static const int nd[6] = {2, 2, 0, 1, 3, 2};
+    static const int64_t shp[6][4] = {{3, 8}, {3, 1}, {0}, {5}, {2, 1, 3}, {0, 4}};
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < 6; i++) {
+        snprintf(w[i].name, sizeof w[i].name, "t%d.%s", 5 - i, fp4_dtype_name(dts[i]));
+        w[i].dtype = dts[i];
+        w[i].ndim = nd[i];
+        memcpy(w[i].shape, shp[i], sizeof w[i].shape);
+        w[i].nbytes = (size_t)fp4_tensor_numel(&w[i]) * fp4_dtype_size(dts[i]);
+        w[i].data = malloc(w[i].nbytes + 1);
+        fill_random(w[i].data, w[i].nbytes);
+        total += w[i].nbytes;
+    }
+    CHECK_MSG(fp4_safetensors_write(p, w, 6, &e) == FP4_OK, "%s", e.msg);
+    CHECK_MSG(fp4_safetensors_read(p, &r, &c, &e) == FP4_OK, "%s", e.msg);
+    CHECK(c == 6);
+    for (int i = 0; i < c && i < 6; i++) {
+        const fp4_tensor *t = fp4_tensor_find(r, c, w[i].name);
+        CHECK(strcmp(r[i].name, w[i].name) == 0); /* file order is write order */
+        CHECK(t != NULL);
+        if (!t) continue;
+        CHECK(t->dtype == w[i].dtype && t->ndim == w[i].ndim && t->nbytes == w[i].nbytes);
+        CHECK(memcmp(t->shape, w[i].shape, sizeof(int64_t) * (size_t)t->ndim) == 0);
+        CHECK(t->data && (t->nbytes == 0 || memcmp(t->data, w[i].data, t->nbytes) == 0));
+    }
+    for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+    free(r);
+    raw = read_bytes(p, &n);
+    if (raw) {
+        uint64_t hl = 0;
+        for (int i = 7; i >= 0; i--) hl = hl << 8 | raw[i];
+        CHECK(hl % 8 == 0);
+        CHECK(n == 8 + hl + total);
+        raw[8 + hl] = '\0'; /* hl < n, the data is non-empty */
+        CHECK(strstr((char *)raw + 8, "\"t5.U8\":{\"dtype\":\"U8\",\"shape\":[3,8],\"data_offsets\":[0,24]}") != NULL);
+        CHECK(strstr((char *)raw + 8, "\"shape\":[],\"data_offsets\":[27,31]") != NULL);
+        CHECK(strstr((char *)raw + 8, "__metadata__") == NULL);
+    }
+    free(raw);
+    check_prefixes(p, 0, "safetensors");
+    fuzz_bytes(p, 0);
+
+    /* bad arguments */
+    CHECK(fp4_safetensors_write(p, w, -1, &e) == FP4_ERR_INVALID_ARG);
+    strcpy(w[1].name, w[0].name);
+    CHECK(fp4_safetensors_write(p, w, 6, &e) == FP4_ERR_INVALID_ARG);
+    strcpy(w[1].name, "__metadata__");
+    CHECK(fp4_safetensors_write(p, w, 6, &e) == FP4_ERR_INVALID_ARG);
+    strcpy(w[1].name, "");
+    CHECK(fp4_safetensors_write(p, w, 6, &e) == FP4_ERR_INVALID_ARG);
+    strcpy(w[1].name, "ok");
+    w[1].nbytes++;
+    CHECK(fp4_safetensors_write(p, w, 6, &e) == FP4_ERR_INVALID_ARG);
+    w[1].nbytes--;
+    w[1].dtype = FP4_DT_COUNT;
+    CHECK(fp4_safetensors_write(p, w, 6, &e) == FP4_ERR_DTYPE);
+    w[1].dtype = FP4_DT_U8;
+    CHECK(fp4_safetensors_write(tmp_path("no/dir.safetensors"), w, 6, &e) == FP4_ERR_IO);
+    for (int i = 0; i < 6; i++) free(w[i].data);
+
+    /* no tensors at all */
+    CHECK(fp4_safetensors_write(p, NULL, 0, &e) == FP4_OK);
+    r = (fp4_tensor *)&e;
+    c = -1;
+    CHECK(fp4_safetensors_read(p, &r, &c, &e) == FP4_OK && c == 0);
+    free(r);
+}
+
+static void test_st_bad(void)
+{
+    TMP_PATH(p, "bad.safetensors");
+    const char *ok1 = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}";
+    char name[300], json[512];
+
+    write_st_raw(p, UINT64_MAX, ok1, 16);
+    expect_st(p, FP4_OK, "valid");
+    write_st_raw(p, UINT64_MAX,
+                 "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"shape\":[2,2],\"data_offsets\":[0,16],"
+                 "\"dtype\":\"F32\",\"extra\":1}}   \n",
+                 16);
+    expect_st(p, FP4_OK, "metadata, key order, trailing spaces");
+    write_st_raw(p, UINT64_MAX,
+                 "{\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[16,20]},"
+                 "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                 "\"z\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[20,20]}}",
+                 20);
+    expect_st(p, FP4_OK, "offsets out of key order");
+
+    {
+        static const char *const fmt_bad[] = {
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}",        /* unclosed */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}} x",     /* garbage */
+            "[1, 2]",
+            "",
+            "{\"a\":[]}",
+            "{\"a\":{\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":3,\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[5,5],\"data_offsets\":[0,100]}}",      /* past the end */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[16,0]}}",       /* begin > end */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}",       /* size mismatch */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[0,8]}}",        /* 8 bytes unused */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[8,16]}}",       /* gap */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[-16,0]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0.5,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,1e400]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-2],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5,2],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[\"2\",2],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,16]}}",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+            "\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[16,16]}}",       /* duplicate */
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+            "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",        /* overlap */
+            "{\"__metadata__\":{\"n\":1},\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+            "{\"__metadata__\":[],\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+        };
+        for (size_t i = 0; i < sizeof fmt_bad / sizeof fmt_bad[0]; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "bad header %zu", i);
+            write_st_raw(p, UINT64_MAX, fmt_bad[i], 16);
+            expect_st(p, FP4_ERR_FORMAT, what);
+        }
+    }
+    write_st_raw(p, UINT64_MAX, "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16);
+    expect_st(p, FP4_ERR_DTYPE, "F64");
+    write_st_raw(p, UINT64_MAX, "{\"a\":{\"dtype\":\"f32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16);
+    expect_st(p, FP4_ERR_DTYPE, "lowercase dtype");
+    write_st_raw(p, UINT64_MAX,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,2,2],\"data_offsets\":[0,16]}}", 16);
+    expect_st(p, FP4_ERR_UNSUPPORTED, "5 dims");
+    memset(name, 'n', 200);
+    name[200] = '\0';
+    snprintf(json, sizeof json, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", name);
+    write_st_raw(p, UINT64_MAX, json, 16);
+    expect_st(p, FP4_ERR_UNSUPPORTED, "long name");
+    /* header lengths */
+    write_st_raw(p, 1ull << 62, ok1, 16);
+    expect_st(p, FP4_ERR_FORMAT, "absurd header length");
+    write_st_raw(p, UINT64_MAX - 1, ok1, 16);
+    expect_st(p, FP4_ERR_FORMAT, "header length 2^64-2");
+    write_st_raw(p, 200000000ull, ok1, 16);
+    expect_st(p, FP4_ERR_FORMAT, "header length over the cap");
+    write_st_raw(p, strlen(ok1) + 17, ok1, 16);
+    expect_st(p, FP4_ERR_FORMAT, "header longer than the file");
+    write_st_raw(p, 0, "", 0);
+    expect_st(p, FP4_ERR_FORMAT, "zero header");
+    write_st_raw(p, UINT64_MAX, ok1, 15);
+    expect_st(p, FP4_ERR_FORMAT, "data truncated by one byte");
+    write_st_raw(p, UINT64_MAX, ok1, 17);
+    expect_st(p, FP4_ERR_FORMAT, "one byte too many");
+    expect_st(tmp_path("missing.safetensors"), FP4_ERR_IO, "missing");
+    expect_st(g_dir, FP4_ERR_IO, "directory");
+}
+
+/* ---- NVFP4 checkpoints --------------------------------------------------------- */
+
+/* Expect fp4_nvfp4_load(path) to give status want, the message mentioning
+ * word, and a zeroed matrix. */
+static void expect_load(const char *path, fp4_status want, const char *word, const char *what)
+{
+    fp4_matrix m;
+    fp4_err e = {FP4_OK, ""};
+    fp4_status st;
+    memset(&m, 0xab, sizeof m);
+    st = fp4_nvfp4_load(path, &m, &e);
+    CHECK_MSG(st == want, "%s: status %d, want %d (%s)", what, (int)st, (int)want, e.msg);
+    if (g_verbose) printf("%-28s %s\n", what, e.msg);
+    if (st == FP4_OK) {
+        fp4_matrix_free(&m);
+        return;
+    }
+    CHECK_MSG(good_msg(&e, path) && (!word || strstr(e.msg, word)), "%s: message '%s'", what, e.msg);
+    CHECK(m.codes == NULL && m.scales == NULL && m.rows == 0 && m.cols == 0);
+}
+
+/* The tensors of a checkpoint [rows, k] in ts[0..3]; data points into bufs. */
+static void make_ckpt(fp4_tensor ts[4], uint8_t *codes, uint8_t *scales, float *gs, float *is,
+                      int64_t rows, int64_t k)
+{
+    memset(ts, 0, 4 * sizeof *ts);
+    strcpy(ts[0].name, "weight");
+    ts[0].dtype = FP4_DT_U8;
+    ts[0].ndim = 2;
+    ts[0].shape[0] = rows;
+    ts[0].shape[1] = k / 2;
+    ts[0].data = codes;
+    ts[0].nbytes = (size_t)(rows * k / 2);
+    strcpy(ts[1].name, "weight_scale");
+    ts[1].dtype = FP4_DT_F8_E4M3;
+    ts[1].ndim = 2;
+    ts[1].shape[0] = rows;
+    ts[1].shape[1] = k / 16;
+    ts[1].data = scales;
+    ts[1].nbytes = (size_t)(rows * k / 16);
+    strcpy(ts[2].name, "weight_scale_2");
+    ts[2].dtype = FP4_DT_F32;
+    ts[2].data = gs;
+    ts[2].nbytes = 4;
+    strcpy(ts[3].name, "input_scale");
+    ts[3].dtype = FP4_DT_F32;
+    ts[3].data = is;
+    ts[3].nbytes = 4;
+}
+
+/* Set the shape of t and its byte count (data must be large enough). */
+static void reshape(fp4_tensor *t, fp4_dtype dt, int ndim, int64_t a, int64_t b)
+{
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->nbytes = (size_t)fp4_tensor_numel(t) * fp4_dtype_size(dt);
+}
+
+static void test_nvfp4(void)
+{
+    TMP_PATH(p, "w.safetensors");
+    const int64_t rows = 7, k = 64;
+    float *x = malloc(sizeof(float) * (size_t)(rows * k));
+    fp4_matrix q, m;
+    fp4_err e = {FP4_OK, ""};
+    fp4_tensor *r = NULL, ts[4];
+    int c = 0;
+    uint8_t codes[512], scales[64];
+    float gs = 0.125f, is = 2.0f, nanv = NAN;
+
+    memset(&q, 0, sizeof q);
+    for (int64_t i = 0; i < rows * k; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) / 137.0f;
+    CHECK_MSG(fp4_quantize_f32(x, rows, k, 0.0f, &q, &e) == FP4_OK, "%s", e.msg);
+    CHECK_MSG(fp4_nvfp4_save(p, &q, 0.5f, &e) == FP4_OK, "%s", e.msg);
+    CHECK_MSG(fp4_nvfp4_load(p, &m, &e) == FP4_OK, "%s", e.msg);
+    CHECK(m.rows == rows && m.cols == k);
+    CHECK(m.codes && memcmp(m.codes, q.codes, (size_t)(rows * k / 2)) == 0);
+    CHECK(m.scales && memcmp(m.scales, q.scales, (size_t)(rows * k / 16)) == 0);
+    CHECK(memcmp(&m.global_scale, &q.global_scale, sizeof(float)) == 0);
+    fp4_matrix_free(&m);
+
+    /* the file, seen as plain tensors */
+    CHECK(fp4_safetensors_read(p, &r, &c, &e) == FP4_OK && c == 4);
+    {
+        const fp4_tensor *w = fp4_tensor_find(r, c, "weight");
+        const fp4_tensor *s = fp4_tensor_find(r, c, "weight_scale");
+        const fp4_tensor *g = fp4_tensor_find(r, c, "weight_scale_2");
+        const fp4_tensor *in = fp4_tensor_find(r, c, "input_scale");
+        CHECK(w && w->dtype == FP4_DT_U8 && w->ndim == 2 && w->shape[0] == rows && w->shape[1] == k / 2);
+        CHECK(s && s->dtype == FP4_DT_F8_E4M3 && s->ndim == 2 && s->shape[0] == rows &&
+              s->shape[1] == k / 16);
+        CHECK(g && g->dtype == FP4_DT_F32 && g->ndim == 0 && *(float *)g->data == q.global_scale);
+        CHECK(in && in->dtype == FP4_DT_F32 && in->ndim == 0 && *(float *)in->data == 0.5f);
+    }
+    for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+    free(r);
+    {
+        size_t n = 0;
+        unsigned char *raw = read_bytes(p, &n);
+        if (raw) raw[n] = '\0';
+        CHECK(raw && strstr((char *)raw + 8,
+                            "\"__metadata__\":{\"format\":\"nvfp4\",\"producer\":\"fp4bench\"}") != NULL);
+        free(raw);
+    }
+    /* input_scale < 0: omitted */
+    CHECK(fp4_nvfp4_save(p, &q, -1.0f, &e) == FP4_OK);
+    CHECK(fp4_safetensors_read(p, &r, &c, &e) == FP4_OK && c == 3 && !fp4_tensor_find(r, c, "input_scale"));
+    for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+    free(r);
+    expect_load(p, FP4_OK, NULL, "no input_scale");
+    /* a small checkpoint cut at every length */
+    {
+        fp4_matrix one;
+        CHECK(fp4_quantize_f32(x, 1, 16, 0.0f, &one, &e) == FP4_OK);
+        CHECK(fp4_nvfp4_save(tmp_path("one.safetensors"), &one, 1.0f, &e) == FP4_OK);
+        expect_load(tmp_path("one.safetensors"), FP4_OK, NULL, "1x16");
+        check_prefixes(tmp_path("one.safetensors"), 0, "nvfp4 1x16");
+        fp4_matrix_free(&one);
+    }
+    /* invalid matrices are refused */
+    q.cols = 15;
+    CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) != FP4_OK);
+    q.cols = k;
+    fp4_matrix_free(&q);
+    memset(&q, 0, sizeof q);
+    q.rows = 1;
+    q.cols = 16;
+    CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) == FP4_ERR_INVALID_ARG);
+
+    /* hand-made checkpoints, wrong in one way each */
+    fill_random(codes, sizeof codes);
+    memset(scales, 0x38, sizeof scales);
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    CHECK(fp4_nvfp4_load(p, &m, &e) == FP4_OK && m.rows == 4 && m.cols == 32 && m.global_scale == 0.125f &&
+          memcmp(m.codes, codes, 64) == 0 && m.scales[7] == 0x38);
+    fp4_matrix_free(&m);
+    reshape(&ts[2], FP4_DT_F32, 1, 1, 0); /* [1] is accepted */
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_OK, NULL, "weight_scale_2 [1]");
+
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[1], FP4_DT_F32, 2, 4, 2);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "tensor 'weight_scale' has dtype F32, expected F8_E4M3", "scale F32");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[0], FP4_DT_F16, 2, 4, 8);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "'weight'", "weight F16");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[2], FP4_DT_F16, 0, 0, 0);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "weight_scale_2", "weight_scale_2 F16");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[2], FP4_DT_F32, 1, 2, 0);
+    ts[2].data = codes;
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "weight_scale_2", "weight_scale_2 [2]");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    ts[2].data = &nanv;
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_FORMAT, "weight_scale_2", "weight_scale_2 NaN");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[3], FP4_DT_U8, 1, 4, 0);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "input_scale", "input_scale U8");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[1], FP4_DT_F8_E4M3, 2, 3, 2);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "rows", "scale rows");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[1], FP4_DT_F8_E4M3, 2, 4, 3);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "disagree", "K mismatch");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[0], FP4_DT_U8, 1, 64, 0);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "'weight'", "weight 1-D");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    reshape(&ts[0], FP4_DT_U8, 2, 4, 0); /* K = 0 */
+    reshape(&ts[1], FP4_DT_F8_E4M3, 2, 4, 0);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "'weight'", "K = 0");
+    make_ckpt(ts, codes, scales, &gs, &is, 0, 32);
+    CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_DTYPE, "'weight'", "N = 0");
+    make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
+    CHECK(fp4_safetensors_write(p, ts, 2, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_NOT_FOUND, "weight_scale_2", "missing weight_scale_2");
+    CHECK(fp4_safetensors_write(p, ts + 1, 3, &e) == FP4_OK);
+    expect_load(p, FP4_ERR_NOT_FOUND, "'weight'", "missing weight");
+    expect_load(tmp_path("missing.safetensors"), FP4_ERR_IO, NULL, "missing file");
+    write_st_raw(p, UINT64_MAX, "{\"weight\":", 0);
+    expect_load(p, FP4_ERR_FORMAT, NULL, "corrupt JSON");
+    free(x);
+}
+
+int main(void)
+{
+    g_verbose = getenv("FP4_TEST_VERBOSE") != NULL;
+    snprintf(g_dir, sizeof g_dir, "/tmp/fp4_test_io.XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_dtype_helpers();
+    test_npy_roundtrip();
+    test_npy_header_text();
+    test_npy_parse_variants();
+    test_npy_truncated();
+    test_npy_matrix_f32();
+    test_st_roundtrip();
+    test_st_bad();
+    test_nvfp4();
+    cleanup_dir();
+    return check_finish("test_io");
+}
