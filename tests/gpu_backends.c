@@ -43,7 +43,10 @@ static uint64_t next_u64(void)
     return rng_state;
 }
 
-static double uniform(void) { return (double)(next_u64() >> 11) / 9007199254740992.0; }
+static double uniform(void)
+{
+    return (double)(next_u64() >> 11) / 9007199254740992.0;
+}
 
 static float gaussian(void)
 {
@@ -153,7 +156,8 @@ static void check_copy(const fp4_backend_ops *ops, void *plan, int copy, cudaStr
     CHECK_MSG(st == FP4_OK, "%s read_output: %s", ops->name, fp4_err_text(&err));
     if (st == FP4_OK)
         CHECK_MSG(count_nan(d, n) == n, "%s %lldx%lldx%lld: poison left %zu of %zu outputs non-NaN",
-                  ops->name, (long long)s->m, (long long)s->n, (long long)s->k, n - count_nan(d, n), n);
+                  ops->name, (long long)s->m, (long long)s->n, (long long)s->k, n - count_nan(d, n),
+                  n);
 
     st = ops->poison(plan, copy, stream, &err);
     CHECK_MSG(st == FP4_OK, "%s poison: %s", ops->name, fp4_err_text(&err));
@@ -168,10 +172,10 @@ static void check_copy(const fp4_backend_ops *ops, void *plan, int copy, cudaStr
     errors e = measure(d, ref, n);
     printf("  %-15s %5lldx%-5lldx%-5lld %s: max %.3e norm %.3e (tol %.1e / %.1e), %zu of %zu "
            "differ in bits\n",
-           ops->name, (long long)s->m, (long long)s->n, (long long)s->k, how, e.max_rel,
-           e.norm_rel, ops->tol_max, ops->tol_norm, e.differ, n);
-    CHECK_MSG(e.nans == 0, "%s %lldx%lldx%lld %s: %zu NaN/Inf outputs", ops->name,
-              (long long)s->m, (long long)s->n, (long long)s->k, how, e.nans);
+           ops->name, (long long)s->m, (long long)s->n, (long long)s->k, how, e.max_rel, e.norm_rel,
+           ops->tol_max, ops->tol_norm, e.differ, n);
+    CHECK_MSG(e.nans == 0, "%s %lldx%lldx%lld %s: %zu NaN/Inf outputs", ops->name, (long long)s->m,
+              (long long)s->n, (long long)s->k, how, e.nans);
     if (ops->flags & FP4_BACKEND_REFERENCE) {
         CHECK_MSG(e.differ == 0,
                   "%s %lldx%lldx%lld %s: %zu outputs not bit-identical, first at (%zu, %zu): "
@@ -184,8 +188,8 @@ static void check_copy(const fp4_backend_ops *ops, void *plan, int copy, cudaStr
                   ops->name, (long long)s->m, (long long)s->n, (long long)s->k, how, e.max_rel,
                   ops->tol_max);
         CHECK_MSG(e.norm_rel <= ops->tol_norm, "%s %lldx%lldx%lld %s: norm error %.3e > %.3e",
-                  ops->name, (long long)s->m, (long long)s->n, (long long)s->k, how,
-                  e.norm_rel, ops->tol_norm);
+                  ops->name, (long long)s->m, (long long)s->n, (long long)s->k, how, e.norm_rel,
+                  ops->tol_norm);
     }
 }
 

@@ -17,23 +17,23 @@
 #include "fp4/status.h"
 
 /* Evaluate a cuBLAS / cuBLASLt call; on failure return FP4_ERR_CUBLAS. */
-#define FP4_CUBLAS_TRY(err, call)                                                    \
-    do {                                                                             \
-        cublasStatus_t s_ = (call);                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                             \
-            return fp4_fail((err), FP4_ERR_CUBLAS, "%s:%d: %s: %s (%d)", __FILE__,   \
-                            __LINE__, #call, cublasGetStatusName(s_), (int)s_);      \
+#define FP4_CUBLAS_TRY(err, call)                                                                  \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return fp4_fail((err), FP4_ERR_CUBLAS, "%s:%d: %s: %s (%d)", __FILE__, __LINE__,       \
+                            #call, cublasGetStatusName(s_), (int)s_);                              \
     } while (0)
 
 /* Same, recording the status in st and jumping to label (single-exit cleanup). */
-#define FP4_CUBLAS_GOTO(err, st, call, label)                                        \
-    do {                                                                             \
-        cublasStatus_t s_ = (call);                                                  \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
-            (st) = fp4_fail((err), FP4_ERR_CUBLAS, "%s:%d: %s: %s (%d)", __FILE__,   \
-                            __LINE__, #call, cublasGetStatusName(s_), (int)s_);      \
-            goto label;                                                              \
-        }                                                                            \
+#define FP4_CUBLAS_GOTO(err, st, call, label)                                                      \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            (st) = fp4_fail((err), FP4_ERR_CUBLAS, "%s:%d: %s: %s (%d)", __FILE__, __LINE__,       \
+                            #call, cublasGetStatusName(s_), (int)s_);                              \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Largest number of operand copies a plan accepts (a sanity bound, not a
@@ -48,8 +48,7 @@
  * CPU reference rejects both, the exact integer kernel cannot represent NaN,
  * and in a timed backend they would only show up later as a confusing
  * verification failure. */
-static inline fp4_status fp4_gpu_check_problem(const fp4_gemm_problem *p, int copies,
-                                               fp4_err *err)
+static inline fp4_status fp4_gpu_check_problem(const fp4_gemm_problem *p, int copies, fp4_err *err)
 {
     if (!p || !p->a || !p->b)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: NULL problem or matrix");
@@ -59,13 +58,13 @@ static inline fp4_status fp4_gpu_check_problem(const fp4_gemm_problem *p, int co
     if (st != FP4_OK) return st;
     const fp4_shape *s = &p->shape;
     if (p->a->rows != s->m || p->a->cols != s->k)
-        return fp4_fail(err, FP4_ERR_SHAPE, "prepare: A is [%lld, %lld], the shape wants [%lld, %lld]",
-                        (long long)p->a->rows, (long long)p->a->cols, (long long)s->m,
-                        (long long)s->k);
+        return fp4_fail(
+            err, FP4_ERR_SHAPE, "prepare: A is [%lld, %lld], the shape wants [%lld, %lld]",
+            (long long)p->a->rows, (long long)p->a->cols, (long long)s->m, (long long)s->k);
     if (p->b->rows != s->n || p->b->cols != s->k)
-        return fp4_fail(err, FP4_ERR_SHAPE, "prepare: B is [%lld, %lld], the shape wants [%lld, %lld]",
-                        (long long)p->b->rows, (long long)p->b->cols, (long long)s->n,
-                        (long long)s->k);
+        return fp4_fail(
+            err, FP4_ERR_SHAPE, "prepare: B is [%lld, %lld], the shape wants [%lld, %lld]",
+            (long long)p->b->rows, (long long)p->b->cols, (long long)s->n, (long long)s->k);
     if (!isfinite(p->alpha))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: alpha is not finite (%g)",
                         (double)p->alpha);

@@ -84,9 +84,10 @@ fail:
 static fp4_status bf16_supports(void *inst, const fp4_shape *s, fp4_err *err)
 {
     if (s->m > INT_MAX || s->n > INT_MAX || s->k > INT_MAX)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "cublas-bf16: %lldx%lldx%lld has a size over INT_MAX (cublasGemmEx takes int)",
-                        (long long)s->m, (long long)s->n, (long long)s->k);
+        return fp4_fail(
+            err, FP4_ERR_UNSUPPORTED,
+            "cublas-bf16: %lldx%lldx%lld has a size over INT_MAX (cublasGemmEx takes int)",
+            (long long)s->m, (long long)s->n, (long long)s->k);
     return FP4_OK;
 }
 
@@ -118,7 +119,8 @@ static fp4_status bf16_dequant(const fp4_matrix *x, uint16_t **out, fp4_err *err
     if (!v || !row) {
         free(v);
         free(row);
-        return fp4_fail(err, FP4_ERR_NOMEM, "cublas-bf16: no host memory for a %zu-byte bf16 copy", n);
+        return fp4_fail(err, FP4_ERR_NOMEM, "cublas-bf16: no host memory for a %zu-byte bf16 copy",
+                        n);
     }
     for (int64_t r = 0; r < x->rows; r++) {
         fp4_host_decode_row(x, r, row);
@@ -163,8 +165,10 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
         bf16_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, ha, (size_t)s->m * (size_t)s->k * 2, "A bf16", err)) != FP4_OK ||
-            (st = fp4_gpu_upload(&c->b, hb, (size_t)s->n * (size_t)s->k * 2, "B bf16", err)) != FP4_OK ||
+        if ((st = fp4_gpu_upload(&c->a, ha, (size_t)s->m * (size_t)s->k * 2, "A bf16", err)) !=
+                FP4_OK ||
+            (st = fp4_gpu_upload(&c->b, hb, (size_t)s->n * (size_t)s->k * 2, "B bf16", err)) !=
+                FP4_OK ||
             (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
             goto out;
     }
@@ -204,8 +208,8 @@ static fp4_status bf16_run(void *plan, int copy, void *stream, fp4_err *err)
     FP4_CUBLAS_TRY(err, cublasSetStream(h, (cudaStream_t)stream));
     FP4_CUBLAS_TRY(err, cublasSetWorkspace(h, p->inst->ws, BF16_WORKSPACE_BYTES));
     FP4_CUBLAS_TRY(err, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &p->alpha, c->b,
-                                     CUDA_R_16BF, k, c->a, CUDA_R_16BF, k, &beta, c->d,
-                                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                     CUDA_R_16BF, k, c->a, CUDA_R_16BF, k, &beta, c->d, CUDA_R_16BF,
+                                     n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return FP4_OK;
 }
 
@@ -226,21 +230,21 @@ static double bf16_bytes_moved(const fp4_shape *s)
 
 /* Positional: C++17 has no designated initializers. One comment per field. */
 extern "C" const fp4_backend_ops fp4_backend_cublas_bf16 = {
-    FP4_BACKEND_API_VERSION,                                      /* api_version */
-    "cublas-bf16",                                                /* name */
-    "cuBLAS bf16 GEMM on operands dequantized exactly to bf16",   /* summary */
-    FP4_BACKEND_GPU,                                              /* flags: exact operands */
-    FP4_MATH_BF16_TC,                                             /* math */
-    1e-2,  /* tol_max: fp32 accumulation, then one bf16 rounding of D (2^-9 relative) */
-    5e-3,  /* tol_norm */
-    bf16_open,                                                    /* open */
-    bf16_close,                                                   /* close */
-    bf16_supports,                                                /* supports */
-    bf16_prepare,                                                 /* prepare */
-    bf16_poison,                                                  /* poison */
-    bf16_run,                                                     /* run */
-    bf16_read_output,                                             /* read_output */
-    bf16_release,                                                 /* release */
-    bf16_bytes_moved,                                             /* bytes_moved */
-    NULL, /* variant: the kernel is cuBLAS's choice, not ours to name */
+    FP4_BACKEND_API_VERSION,                                    /* api_version */
+    "cublas-bf16",                                              /* name */
+    "cuBLAS bf16 GEMM on operands dequantized exactly to bf16", /* summary */
+    FP4_BACKEND_GPU,                                            /* flags: exact operands */
+    FP4_MATH_BF16_TC,                                           /* math */
+    1e-2,             /* tol_max: fp32 accumulation, then one bf16 rounding of D (2^-9 relative) */
+    5e-3,             /* tol_norm */
+    bf16_open,        /* open */
+    bf16_close,       /* close */
+    bf16_supports,    /* supports */
+    bf16_prepare,     /* prepare */
+    bf16_poison,      /* poison */
+    bf16_run,         /* run */
+    bf16_read_output, /* read_output */
+    bf16_release,     /* release */
+    bf16_bytes_moved, /* bytes_moved */
+    NULL,             /* variant: the kernel is cuBLAS's choice, not ours to name */
 };

@@ -89,11 +89,11 @@ fail:
 static fp4_status nvfp4_supports(void *inst, const fp4_shape *s, fp4_err *err)
 {
     if (s->k % 32 != 0)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "cublaslt-nvfp4: K = %lld is not a multiple of 32",
-                        (long long)s->k);
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "cublaslt-nvfp4: K = %lld is not a multiple of 32", (long long)s->k);
     if (s->n % 32 != 0)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "cublaslt-nvfp4: N = %lld is not a multiple of 32",
-                        (long long)s->n);
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "cublaslt-nvfp4: N = %lld is not a multiple of 32", (long long)s->n);
     return FP4_OK;
 }
 
@@ -126,12 +126,18 @@ static fp4_status nvfp4_make_desc(nvfp4_copy *c, fp4_err *err)
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
     const void *sa = c->sb, *sb = c->sa; /* cuBLAS's A is our B */
     FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    FP4_CUBLAS_TRY(
+        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    FP4_CUBLAS_TRY(
+        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                       &mode, sizeof mode));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                       &mode, sizeof mode));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                       &sa, sizeof sa));
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                       &sb, sizeof sb));
     return FP4_OK;
 }
 
@@ -148,14 +154,17 @@ static fp4_status nvfp4_pick_algo(nvfp4_plan *p, fp4_err *err)
     cublasStatus_t hs;
     memset(&res, 0, sizeof res);
     FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), out);
+    FP4_CUBLAS_GOTO(err, st,
+                    cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                    out);
     hs = cublasLtMatmulAlgoGetHeuristic(p->inst->lt, p->c[0].op, p->la, p->lb, p->ld, p->ld, pref,
                                         1, &res, &count);
     if (hs != CUBLAS_STATUS_SUCCESS) {
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
                       "cublaslt-nvfp4: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k,
-                      (int)hs, cublasGetStatusName(hs));
+                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k, (int)hs,
+                      cublasGetStatusName(hs));
         goto out;
     }
     if (count < 1) {
@@ -185,8 +194,8 @@ static fp4_status nvfp4_swizzle(const fp4_matrix *x, uint8_t **out, size_t *byte
     *bytes = fp4_swizzled_size(x->rows, x->cols);
     uint8_t *buf = (uint8_t *)malloc(*bytes ? *bytes : 1);
     if (!buf)
-        return fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-nvfp4: no host memory for %zu swizzled scale bytes",
-                        *bytes);
+        return fp4_fail(err, FP4_ERR_NOMEM,
+                        "cublaslt-nvfp4: no host memory for %zu swizzled scale bytes", *bytes);
     fp4_status st = fp4_swizzle_scales(x->scales, x->rows, x->cols, buf, err);
     if (st != FP4_OK) {
         free(buf);
@@ -231,9 +240,17 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
     p->alpha = pr->alpha;
     p->copies = copies;
     /* Column-major views (rows, cols, ld in elements) as described at the top. */
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->la, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->n, s->k), out);
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->m, s->k), out);
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
+    FP4_CUBLAS_GOTO(
+        err, st,
+        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->n, s->k),
+        out);
+    FP4_CUBLAS_GOTO(
+        err, st,
+        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->m, s->k),
+        out);
+    FP4_CUBLAS_GOTO(
+        err, st,
+        cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
     for (int i = 0; i < copies; i++) {
         nvfp4_copy *c = &p->c[i];
         if ((st = fp4_gpu_upload(&c->a, pr->a->codes, a_bytes, "A codes", err)) != FP4_OK ||
@@ -295,21 +312,21 @@ static double nvfp4_bytes_moved(const fp4_shape *s)
 
 /* Positional: C++17 has no designated initializers. One comment per field. */
 extern "C" const fp4_backend_ops fp4_backend_cublaslt_nvfp4 = {
-    FP4_BACKEND_API_VERSION,                                       /* api_version */
-    "cublaslt-nvfp4",                                              /* name */
-    "cuBLASLt native NVFP4 GEMM (Blackwell only), bf16 D",         /* summary */
-    FP4_BACKEND_GPU,                                               /* flags: exact operands */
-    FP4_MATH_FP4_TC,                                               /* math */
-    1e-2, /* tol_max: exact products, fp32 accumulation, one bf16 rounding of D */
-    5e-3, /* tol_norm */
-    nvfp4_open,                                                    /* open */
-    nvfp4_close,                                                   /* close */
-    nvfp4_supports,                                                /* supports */
-    nvfp4_prepare,                                                 /* prepare */
-    nvfp4_poison,                                                  /* poison */
-    nvfp4_run,                                                     /* run */
-    nvfp4_read_output,                                             /* read_output */
-    nvfp4_release,                                                 /* release */
-    nvfp4_bytes_moved,                                             /* bytes_moved */
-    NULL, /* variant: the kernel is cuBLAS's choice, not ours to name */
+    FP4_BACKEND_API_VERSION,                               /* api_version */
+    "cublaslt-nvfp4",                                      /* name */
+    "cuBLASLt native NVFP4 GEMM (Blackwell only), bf16 D", /* summary */
+    FP4_BACKEND_GPU,                                       /* flags: exact operands */
+    FP4_MATH_FP4_TC,                                       /* math */
+    1e-2,              /* tol_max: exact products, fp32 accumulation, one bf16 rounding of D */
+    5e-3,              /* tol_norm */
+    nvfp4_open,        /* open */
+    nvfp4_close,       /* close */
+    nvfp4_supports,    /* supports */
+    nvfp4_prepare,     /* prepare */
+    nvfp4_poison,      /* poison */
+    nvfp4_run,         /* run */
+    nvfp4_read_output, /* read_output */
+    nvfp4_release,     /* release */
+    nvfp4_bytes_moved, /* bytes_moved */
+    NULL,              /* variant: the kernel is cuBLAS's choice, not ours to name */
 };

@@ -46,7 +46,10 @@ static fp4_status ref_open(void **inst, fp4_err *err)
     return FP4_OK;
 }
 
-static void ref_close(void *inst) { free(inst); }
+static void ref_close(void *inst)
+{
+    free(inst);
+}
 
 /* Every valid shape with K <= 2^20 (exactness) and M within the grid limit. */
 static fp4_status ref_supports(void *inst, const fp4_shape *s, fp4_err *err)
@@ -137,8 +140,8 @@ static fp4_status ref_run(void *plan, int copy, void *stream, fp4_err *err)
     if (st != FP4_OK) return st;
     const ref_copy *c = &p->c[copy];
     return fp4_ref_gemm((const uint8_t *)c->a, (const uint8_t *)c->sa, (const uint8_t *)c->b,
-                        (const uint8_t *)c->sb, p->shape.m, p->shape.n, p->shape.k, p->alpha,
-                        c->d, (cudaStream_t)stream, err);
+                        (const uint8_t *)c->sb, p->shape.m, p->shape.n, p->shape.k, p->alpha, c->d,
+                        (cudaStream_t)stream, err);
 }
 
 /* Synchronises the device and copies D [m, n] fp32 to d. */

@@ -137,7 +137,7 @@ int cmd_run(int argc, char **argv, int default_suite)
             fputs(run_usage, stdout);
             return 0;
         } else if (cli_value(&a, "--shape", &v)) {
-            if (fp4_cases_parse_shapes(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "%s", err.msg);
+            if (fp4_cases_parse_shapes(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "--shape: %s", err.msg);
         } else if (cli_value(&a, "--preset", &v)) {
             if (fp4_cases_from_preset(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "--preset: %s", err.msg);
         } else if (cli_value(&a, "--spec", &v)) {

@@ -12,12 +12,12 @@
 
 #include "backends/gpu_common.h"
 
-#define REF_TILE 16                /* D tile edge; the block is REF_TILE^2 threads */
-#define REF_KC 64                  /* k values staged per step */
-#define REF_KB (REF_KC / 16)       /* scale blocks per step */
-#define REF_WORDS (REF_KC / 4)     /* 32-bit words of four int8 per row per step */
-#define REF_MAX_K (1 << 20)        /* int64 accumulation is exact up to here */
-#define REF_MAX_MTILES 65535       /* gridDim.y limit */
+#define REF_TILE       16            /* D tile edge; the block is REF_TILE^2 threads */
+#define REF_KC         64            /* k values staged per step */
+#define REF_KB         (REF_KC / 16) /* scale blocks per step */
+#define REF_WORDS      (REF_KC / 4)  /* 32-bit words of four int8 per row per step */
+#define REF_MAX_K      (1 << 20)     /* int64 accumulation is exact up to here */
+#define REF_MAX_MTILES 65535         /* gridDim.y limit */
 
 /* 2 * e2m1(code) for the low 4 bits of code: magnitudes 0 1 2 3 4 6 8 12 are
  * the nibbles of 0xC8643210 (a 16-entry table: 8 magnitudes and a sign bit). */
@@ -43,8 +43,10 @@ static __device__ __forceinline__ int ref_e4m3_x512(unsigned byte)
 static __device__ __forceinline__ int ref_decode_word(const uint8_t *p)
 {
     const unsigned b0 = p[0], b1 = p[1];
-    const unsigned v0 = (unsigned)ref_e2m1_x2(b0) & 0xFFu, v1 = (unsigned)ref_e2m1_x2(b0 >> 4) & 0xFFu;
-    const unsigned v2 = (unsigned)ref_e2m1_x2(b1) & 0xFFu, v3 = (unsigned)ref_e2m1_x2(b1 >> 4) & 0xFFu;
+    const unsigned v0 = (unsigned)ref_e2m1_x2(b0) & 0xFFu,
+                   v1 = (unsigned)ref_e2m1_x2(b0 >> 4) & 0xFFu;
+    const unsigned v2 = (unsigned)ref_e2m1_x2(b1) & 0xFFu,
+                   v3 = (unsigned)ref_e2m1_x2(b1 >> 4) & 0xFFu;
     return (int)(v0 | (v1 << 8) | (v2 << 16) | (v3 << 24));
 }
 
@@ -116,8 +118,10 @@ static __global__ void __launch_bounds__(REF_TILE *REF_TILE)
 extern "C" fp4_status fp4_ref_gemm_supports(int64_t m, int64_t n, int64_t k, fp4_err *err)
 {
     if (m < 1 || n < 1 || k < 16 || k % 16 != 0)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "cuda-ref: needs m, n >= 1 and k a positive multiple of 16, got %lldx%lldx%lld",
-                        (long long)m, (long long)n, (long long)k);
+        return fp4_fail(
+            err, FP4_ERR_UNSUPPORTED,
+            "cuda-ref: needs m, n >= 1 and k a positive multiple of 16, got %lldx%lldx%lld",
+            (long long)m, (long long)n, (long long)k);
     if (k > REF_MAX_K)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "cuda-ref: k = %lld > 2^20, the int64 accumulation would not be exact",
@@ -133,16 +137,15 @@ extern "C" fp4_status fp4_ref_gemm_supports(int64_t m, int64_t n, int64_t k, fp4
 
 extern "C" fp4_status fp4_ref_gemm(const uint8_t *a_codes, const uint8_t *a_scales,
                                    const uint8_t *b_codes, const uint8_t *b_scales, int64_t m,
-                                   int64_t n, int64_t k, float alpha, float *d,
-                                   cudaStream_t stream, fp4_err *err)
+                                   int64_t n, int64_t k, float alpha, float *d, cudaStream_t stream,
+                                   fp4_err *err)
 {
     fp4_status st = fp4_ref_gemm_supports(m, n, k, err);
     if (st != FP4_OK) return st;
     const dim3 grid((unsigned)((n + REF_TILE - 1) / REF_TILE),
                     (unsigned)((m + REF_TILE - 1) / REF_TILE));
-    ref_gemm_kernel<<<grid, REF_TILE * REF_TILE, 0, stream>>>(a_codes, a_scales, b_codes,
-                                                              b_scales, m, n, k,
-                                                              (double)alpha, d);
+    ref_gemm_kernel<<<grid, REF_TILE * REF_TILE, 0, stream>>>(a_codes, a_scales, b_codes, b_scales,
+                                                              m, n, k, (double)alpha, d);
     FP4_CUDA_LAUNCH_TRY(err);
     return FP4_OK;
 }

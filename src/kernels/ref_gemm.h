@@ -40,10 +40,9 @@ fp4_status fp4_ref_gemm_supports(int64_t m, int64_t n, int64_t k, fp4_err *err);
  *   d       [m, n] fp32 row-major.
  * Asynchronous and capturable in a CUDA graph (one kernel launch, no
  * allocation); reports the launch error only. */
-fp4_status fp4_ref_gemm(const uint8_t *a_codes, const uint8_t *a_scales,
-                        const uint8_t *b_codes, const uint8_t *b_scales, int64_t m,
-                        int64_t n, int64_t k, float alpha, float *d, cudaStream_t stream,
-                        fp4_err *err);
+fp4_status fp4_ref_gemm(const uint8_t *a_codes, const uint8_t *a_scales, const uint8_t *b_codes,
+                        const uint8_t *b_scales, int64_t m, int64_t n, int64_t k, float alpha,
+                        float *d, cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus
 }

@@ -51,7 +51,7 @@ static int parse_int(const char *s, const char *end, int64_t *out)
 fp4_status fp4_cases_parse_shapes(fp4_case_list *l, const char *arg, fp4_err *err)
 {
     const char *p = arg;
-    if (!arg || !*arg) return fp4_fail(err, FP4_ERR_INVALID_ARG, "--shape: empty list");
+    if (!arg || !*arg) return fp4_fail(err, FP4_ERR_INVALID_ARG, "empty list");
     while (*p) {
         const char *end = strchr(p, ',');
         if (!end) end = p + strlen(p);
@@ -62,14 +62,14 @@ fp4_status fp4_cases_parse_shapes(fp4_case_list *l, const char *arg, fp4_err *er
             while (x < end && *x != 'x' && *x != 'X') x++;
             if ((i < 2 && x == end) || (i == 2 && x != end) || parse_int(q, x, &dims[i]))
                 return fp4_fail(err, FP4_ERR_INVALID_ARG,
-                                "--shape: '%.*s' is not MxNxK (three integers joined by 'x')",
+                                "'%.*s' is not MxNxK (three integers joined by 'x')",
                                 (int)(end - p), p);
             q = x + 1;
         }
         fp4_status st = fp4_cases_add(l, dims[0], dims[1], dims[2], "custom", err);
         if (st != FP4_OK) return st;
         p = *end ? end + 1 : end;
-        if (*end && !*p) return fp4_fail(err, FP4_ERR_INVALID_ARG, "--shape: trailing comma");
+        if (*end && !*p) return fp4_fail(err, FP4_ERR_INVALID_ARG, "trailing comma");
     }
     return FP4_OK;
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Every bad input gives a one-line message naming the problem and a non-zero
+# exit (2 usage, 3 runtime), never a crash.
+source "$(dirname "$0")/lib_cli.sh"
+
+expect 2 "unknown command 'frobnicate'" -- "$FP4" frobnicate
+expect 2 "unknown option '--bogus'" -- "$FP4" run --bogus
+expect 2 "--json needs a value" -- "$FP4" run --json
+expect 2 "--shape: .*K=6100 is not a multiple of 16" -- "$FP4" run --shape 16x2048x6100
+expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape 0x2048x6144
+expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape=-4x2048x6144
+expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape 16x2048x-16
+expect 2 "--shape: '16x2048' is not MxNxK" -- "$FP4" run --shape 16x2048
+expect 2 "--shape: '16xabcx64' is not MxNxK" -- "$FP4" run --shape 16xabcx64
+expect 2 "--shape: trailing comma" -- "$FP4" run --shape 16x64x64,
+expect 2 "--shape: .*overflow" -- "$FP4" run --shape 4611686018427387904x16x16
+expect 2 "--shape: .*overflow" -- "$FP4" run --shape 3037000500x3037000500x16
+expect 2 "--backend: unknown backend 'nope'" -- "$FP4" run --backend nope
+expect 2 "--preset: unknown preset 'nope'" -- "$FP4" run --preset nope
+expect 2 "--seed: 'abc' is not an integer" -- "$FP4" run --seed abc
+expect 2 "--data: unknown kind 'zeros'" -- "$FP4" run --data zeros
+expect 2 "--max-time must be > 0" -- "$FP4" run --max-time 0
+expect 2 "--baseline 'cuda-ref' is not among" -- "$FP4" run --backend cpu-ref --baseline cuda-ref
+expect 3 "cannot open spec file $TMP/none.txt" -- "$FP4" run --spec "$TMP/none.txt"
+printf '16 2048 6144 ok\n# comment\n\n64 768 6100 bad\n' >"$TMP/spec.txt"
+expect 3 "spec.txt:4: .*K=6100 is not a multiple of 16" -- "$FP4" run --spec "$TMP/spec.txt"
+printf '16 2048\n' >"$TMP/spec2.txt"
+expect 3 "spec2.txt:1: expected 'M N K \[label\]'" -- "$FP4" run --spec "$TMP/spec2.txt"
+printf '# nothing\n' >"$TMP/spec3.txt"
+expect 3 "no problems in the spec file" -- "$FP4" run --spec "$TMP/spec3.txt"
+expect 3 "cannot load plugin" -- "$FP4" run --plugin "$TMP/none.so"
+expect 3 "" -- "$FP4" run --shape 16x64x64 --json "$TMP/no/such/dir/out.json" --quiet
+expect 3 "cannot write" -- "$FP4" run --shape 16x64x64 --csv "$TMP/no/such/dir/out.csv"
+
+# quantize
+expect 2 "--in is required" -- "$FP4" quantize --out "$TMP/w.safetensors"
+expect 2 "--out is required" -- "$FP4" quantize --in "$TMP/x.npy"
+expect 3 "none.npy" -- "$FP4" quantize --in "$TMP/none.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-f32 4 40 1 "$TMP/k40.npy"
+expect 3 "K=40 is not a multiple of 16" -- "$FP4" quantize --in "$TMP/k40.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-f32 4 64 1 "$TMP/x.npy"
+"$MKFILE" truncate "$TMP/x.npy" 200 "$TMP/trunc.npy"
+expect 3 "trunc.npy: .*truncated" -- "$FP4" quantize --in "$TMP/trunc.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-vec 64 1 "$TMP/vec.npy"
+expect 3 "vec.npy" -- "$FP4" quantize --in "$TMP/vec.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-raw '>f4' 0 4 64 4 "$TMP/be.npy"
+expect 3 "be.npy" -- "$FP4" quantize --in "$TMP/be.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-raw '<f4' 1 4 64 4 "$TMP/fortran.npy"
+expect 3 "fortran.npy" -- "$FP4" quantize --in "$TMP/fortran.npy" --out "$TMP/w.safetensors"
+"$MKFILE" npy-raw '<i4' 0 4 64 4 "$TMP/int.npy"
+expect 3 "int.npy" -- "$FP4" quantize --in "$TMP/int.npy" --out "$TMP/w.safetensors"
+expect 2 "--encode-scale must be > 0" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/w.safetensors" --encode-scale -1
+expect 3 "cannot|No such" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/no/dir/w.safetensors"
+
+# gemm / check
+"$MKFILE" nvfp4 8 64 1 "$TMP/a.safetensors"
+"$MKFILE" nvfp4 16 64 2 "$TMP/b.safetensors"
+"$MKFILE" nvfp4 16 128 3 "$TMP/b128.safetensors"
+expect 2 "--a is required" -- "$FP4" gemm --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 2 "--out is required" -- "$FP4" gemm --a "$TMP/a.safetensors" --b "$TMP/b.safetensors"
+expect 2 "--backend: unknown backend 'nope'" -- "$FP4" gemm --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy" --backend nope
+expect 3 "K=64 but .* K=128" -- "$FP4" gemm --a "$TMP/a.safetensors" --b "$TMP/b128.safetensors" --out "$TMP/d.npy"
+expect 3 "x.npy" -- "$FP4" gemm --a "$TMP/x.npy" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+"$MKFILE" truncate "$TMP/a.safetensors" 100 "$TMP/atrunc.safetensors"
+expect 3 "atrunc.safetensors" -- "$FP4" gemm --a "$TMP/atrunc.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+"$MKFILE" setbyte "$TMP/a.safetensors" 12 0x7B "$TMP/acorrupt.safetensors" 2>/dev/null ||
+    "$MKFILE" setbyte "$TMP/a.safetensors" 12 123 "$TMP/acorrupt.safetensors"
+expect 3 "acorrupt.safetensors" -- "$FP4" gemm --a "$TMP/acorrupt.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+"$MKFILE" npy-f32 8 15 1 "$TMP/dwrong.npy"
+expect 3 "dwrong.npy is \[8, 15\], expected \[8, 16\]" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --d "$TMP/dwrong.npy"
+expect 2 "--d is required" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors"
+
+# compare
+expect 2 "expects two JSON files" -- "$FP4" compare "$TMP/one.json"
+expect 3 "none.json" -- "$FP4" compare "$TMP/none.json" "$TMP/none2.json"
+printf '{"schema_version": 1' >"$TMP/broken.json"
+expect 3 "broken.json" -- "$FP4" compare "$TMP/broken.json" "$TMP/broken.json"
+expect 2 "--threshold: 'x' is not a number" -- "$FP4" compare a.json b.json --threshold x
+
+finish
