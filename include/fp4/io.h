@@ -1,8 +1,8 @@
 /* fp4bench: tensors in files (.npy and .safetensors).
  *
  * .npy: version 1.0-3.0, C order, little-endian; dtypes '<f4', '<f2', '|u1',
- *       and bf16 written by ml_dtypes (descr '<V2' or '|V2' is read as bf16
- *       only when the caller asks for bf16 or accepts any float type).
+ *       and bf16 written by ml_dtypes (descr '<V2' or '|V2', always read as
+ *       bf16: no other 2-byte void type is meaningful here).
  * .safetensors: 8-byte little-endian header length, a JSON header (parsed with
  *       cJSON), then the data; dtypes U8, F8_E4M3, F32, F16, BF16.
  * NVFP4 checkpoints follow ModelOpt: `weight` U8 [N, K/2], `weight_scale`

@@ -4,6 +4,10 @@
 
 #include "fp4/backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 extern const fp4_backend_ops fp4_backend_cpu_ref;
 #ifdef FP4_HAVE_CUDA
 extern const fp4_backend_ops fp4_backend_cuda_ref;
@@ -13,4 +17,7 @@ extern const fp4_backend_ops fp4_backend_cublaslt_nvfp4;
 extern const fp4_backend_ops fp4_backend_fp4_sm90;
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif

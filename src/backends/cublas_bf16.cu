@@ -146,6 +146,8 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     const fp4_shape *s = &pr->shape;
     uint16_t *ha = NULL, *hb = NULL;
     bf16_plan *p = NULL;
+    const size_t a_bytes = (size_t)s->m * (size_t)s->k * 2; /* bf16_dequant checks it */
+    const size_t b_bytes = (size_t)s->n * (size_t)s->k * 2;
     size_t d_bytes;
     if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublas-bf16: D overflows size_t");
@@ -165,10 +167,8 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
         bf16_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, ha, (size_t)s->m * (size_t)s->k * 2, "A bf16", err)) !=
-                FP4_OK ||
-            (st = fp4_gpu_upload(&c->b, hb, (size_t)s->n * (size_t)s->k * 2, "B bf16", err)) !=
-                FP4_OK ||
+        if ((st = fp4_gpu_upload(&c->a, ha, a_bytes, "A bf16", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->b, hb, b_bytes, "B bf16", err)) != FP4_OK ||
             (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
             goto out;
     }

@@ -59,7 +59,7 @@ typedef struct fp8_inst {
 typedef struct fp8_copy {
     void *a;                 /* [m, k] e4m3 */
     void *b;                 /* [n, k] e4m3 */
-    float *scales;           /* device {dec_b, dec_a}: cuBLAS A (our B) first */
+    void *scales;            /* device float {dec_b, dec_a}: cuBLAS A (our B) first */
     void *d;                 /* [m, n] bf16 */
     cublasLtMatmulDesc_t op; /* per copy: it holds this copy's scale pointers */
 } fp8_copy;
@@ -178,7 +178,7 @@ static fp4_status fp8_requantize(const fp4_matrix *x, uint8_t **out, float *dec,
 static fp4_status fp8_make_desc(fp8_copy *c, fp4_err *err)
 {
     const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const void *sa = c->scales, *sb = c->scales + 1;
+    const void *sa = c->scales, *sb = (const float *)c->scales + 1;
     FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     FP4_CUBLAS_TRY(
         err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -254,6 +254,8 @@ static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies
     uint8_t *ha = NULL, *hb = NULL;
     float dec[2] = {1.0f, 1.0f}; /* {B's, A's}: cuBLAS's A is our B */
     fp8_plan *p = NULL;
+    const size_t a_bytes = (size_t)s->m * (size_t)s->k; /* fp8_requantize checks it */
+    const size_t b_bytes = (size_t)s->n * (size_t)s->k;
     size_t d_bytes;
     if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublaslt-fp8: D overflows size_t");
@@ -285,12 +287,9 @@ static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies
         cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
     for (int i = 0; i < copies; i++) {
         fp8_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, ha, (size_t)s->m * (size_t)s->k, "A e4m3", err)) !=
-                FP4_OK ||
-            (st = fp4_gpu_upload(&c->b, hb, (size_t)s->n * (size_t)s->k, "B e4m3", err)) !=
-                FP4_OK ||
-            (st = fp4_gpu_upload((void **)&c->scales, dec, sizeof dec, "fp8 decode scales", err)) !=
-                FP4_OK ||
+        if ((st = fp4_gpu_upload(&c->a, ha, a_bytes, "A e4m3", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->b, hb, b_bytes, "B e4m3", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->scales, dec, sizeof dec, "fp8 scales", err)) != FP4_OK ||
             (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK ||
             (st = fp8_make_desc(c, err)) != FP4_OK)
             goto out;

@@ -65,7 +65,7 @@ extern "C" fp4_status fp4_gpu_poison_bf16(void *d, size_t n, cudaStream_t stream
 
 extern "C" fp4_status fp4_gpu_read_bf16(const void *d, size_t n, float *host, fp4_err *err)
 {
-    uint16_t *tmp = (uint16_t *)malloc(n * 2 ? n * 2 : 1);
+    uint16_t *tmp = (uint16_t *)malloc(n > 0 ? n * 2 : 1);
     if (!tmp) return fp4_fail(err, FP4_ERR_NOMEM, "no host memory for %zu outputs", n);
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost);

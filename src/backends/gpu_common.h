@@ -41,7 +41,7 @@ extern "C" {
 /* FP4_OK when a CUDA device of compute capability >= min_major.min_minor is
  * present (and, if max_major > 0, of major <= max_major); else
  * FP4_ERR_UNSUPPORTED with the reason ("no CUDA device: ...", "needs sm_90,
- * this GPU is sm_86"). Reports the device's capability in *major/*minor. */
+ * this GPU is sm_86"). Reports the device's capability in *major and *minor. */
 fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
                            int *minor, fp4_err *err);
 

@@ -177,7 +177,7 @@ void fp4_device_describe(fp4_device_info *info)
         return;
     }
     info->present = 1;
-    snprintf(info->name, sizeof info->name, "%s", prop.name);
+    snprintf(info->name, sizeof info->name, "%.127s", prop.name);
     info->cc_major = prop.major;
     info->cc_minor = prop.minor;
     info->sms = prop.multiProcessorCount;

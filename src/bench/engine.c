@@ -116,8 +116,8 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
         }
         e->nvml = fp4_nvml_open(why, sizeof why);
         e->dev.nvml = e->nvml != NULL;
-        snprintf(e->dev.driver_string, sizeof e->dev.driver_string, "%s",
-                 e->nvml ? fp4_nvml_driver(e->nvml) : why);
+        snprintf(e->dev.driver_string, sizeof e->dev.driver_string,
+                 "%.63s", e->nvml ? fp4_nvml_driver(e->nvml) : why);
     }
 #else
     (void)why;

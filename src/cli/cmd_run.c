@@ -225,10 +225,11 @@ int cmd_run(int argc, char **argv, int default_suite)
     now_iso(report.started, sizeof report.started);
     if (gethostname(report.host, sizeof report.host) != 0) report.host[0] = '\0';
     report.host[sizeof report.host - 1] = '\0';
-    for (int i = 0; i < argc; i++) {
+    /* argv[0] is "run" for the subcommand, the program path for the default suite */
+    snprintf(report.command, sizeof report.command, "fp4bench%s", default_suite ? "" : " run");
+    for (int i = 1; i < argc; i++) {
         size_t len = strlen(report.command);
-        snprintf(report.command + len, sizeof report.command - len, "%s%s", i ? " " : "",
-                 default_suite && i == 0 ? "fp4bench" : argv[i]);
+        snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
     }
 
     if (csv_path) {

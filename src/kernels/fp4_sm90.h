@@ -109,7 +109,7 @@ typedef struct fp4_sm90_gemm_args {
     const uint8_t *b_codes; /* device, fp4_sm90_pack_b layout for this variant */
     const uint8_t *b_sf;    /* device, fp4_sm90_pack_b layout for this variant */
     float alpha;
-    uint16_t *d;            /* device bf16 [m, n]; 4-byte aligned */
+    uint16_t *d;            /* device bf16 [m, n]; 8-byte aligned */
     void *workspace;        /* device, fp4_sm90_workspace_size bytes, zeroed once */
     size_t workspace_bytes;
     int num_sms;            /* multiprocessor count of the device */

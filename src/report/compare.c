@@ -94,8 +94,10 @@ static void time_cell(char *b, const fp4_row *x)
     if (!x) snprintf(b, KCELL, "-");
     else if (x->state != FP4_ROW_OK) snprintf(b, KCELL, "%s", fp4_row_state_name(x->state));
     else if (!timed(x)) snprintf(b, KCELL, "-");
-    else if (x->t.median < 100.0) snprintf(b, KCELL, "%.3f", x->t.median);
-    else snprintf(b, KCELL, "%.1f", x->t.median);
+    else if (x->t.median < 10.0) snprintf(b, KCELL, "%.3f", x->t.median);
+    else if (x->t.median < 100.0) snprintf(b, KCELL, "%.2f", x->t.median);
+    else if (x->t.median < 1000.0) snprintf(b, KCELL, "%.1f", x->t.median);
+    else snprintf(b, KCELL, "%.0f", x->t.median);
 }
 
 /* All cells of one pair; detail gets the reason of a broken pair ("" else). */
@@ -116,8 +118,8 @@ static void pair_cells(const cmp_pair *p, char c[KCOL][KCELL], char *detail, siz
     if (p->regression && p->n && p->n->state != FP4_ROW_OK) {
         const char *why = p->n->reason[0] ? p->n->reason : "(no reason given)";
         size_t len = strlen(why);
-        if (len > DETAIL_MAX) snprintf(detail, dcap, "%.*s...", DETAIL_MAX - 3, why);
-        else snprintf(detail, dcap, "%s", why);
+        if (len > DETAIL_MAX || len >= dcap) snprintf(detail, dcap, "%.*s...", DETAIL_MAX - 3, why);
+        else memcpy(detail, why, len + 1);
     }
 }
 

@@ -44,11 +44,28 @@ static void w_item(jw *w, cJSON *o, const char *key, cJSON *item)
     }
 }
 
+/* A JSON item for a double: null when not finite, else a number in the
+ * shortest of %.15g / %.16g / %.17g that reads back exactly. (cJSON's own
+ * printer accepts a text within an epsilon of the value, which does not round
+ * trip bit for bit, so the text is made here and inserted raw.) */
+static cJSON *num_item(double v)
+{
+    char buf[40];
+    if (!isfinite(v)) return cJSON_CreateNull();
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        for (char *p = buf; *p; p++)
+            if (*p == ',') *p = '.'; /* a locale's decimal comma */
+        if (strtod(buf, NULL) == v) break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
 /* A double; non-finite values become null. */
 static void w_num(jw *w, cJSON *o, const char *key, double v)
 {
     if (!w->ok) return;
-    w_item(w, o, key, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+    w_item(w, o, key, num_item(v));
 }
 
 /* An unsigned 64-bit integer: a number up to 2^53, a decimal string above. */
@@ -57,7 +74,7 @@ static void w_u64(jw *w, cJSON *o, const char *key, unsigned long long v)
     char buf[32];
     if (!w->ok) return;
     if (v <= 9007199254740992ull) { /* 2^53 */
-        w_item(w, o, key, cJSON_CreateNumber((double)v));
+        w_item(w, o, key, num_item((double)v));
         return;
     }
     snprintf(buf, sizeof buf, "%llu", v);
@@ -239,7 +256,7 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
         w_item(w, o, "samples_us", a);
         for (int i = 0; w->ok && x->samples && i < x->nsamples; i++) {
             double v = x->samples[i];
-            cJSON *e = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+            cJSON *e = num_item(v);
             if (!e || !cJSON_AddItemToArray(a, e)) {
                 cJSON_Delete(e);
                 w->ok = 0;

@@ -73,7 +73,7 @@ static void fmt_reason(char *b, size_t n, const char *s, size_t max)
     len = strlen(s);
     if (max + 1 > n) max = n - 1;
     if (len <= max) {
-        snprintf(b, n, "%s", s);
+        memcpy(b, s, len + 1);
         return;
     }
     snprintf(b, n, "%.*s...", (int)(max - 3), s);
@@ -165,26 +165,40 @@ static void layout_table(const fp4_report *r, table_layout *L)
     L->show[C_FLAGS] = L->any_timeout || L->any_low_clock;
 }
 
+/* Append s padded to width (left or right aligned) at line[*len], bounded by
+ * cap. */
+static void put_cell(char *line, size_t cap, size_t *len, const char *s, int width, int left)
+{
+    int n;
+    if (*len + 1 >= cap) return;
+    n = snprintf(line + *len, cap - *len, left ? "%-*s" : "%*s", width, s);
+    if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
 /* Print one line of cells (or the titles when rc is NULL); a row with a span
- * prints it after the backend column instead of the numbers. */
+ * prints it after the backend column instead of the numbers. Trailing blanks
+ * are trimmed. */
 static void print_line(FILE *f, const table_layout *L, const row_cells *rc)
 {
-    int first = 1, last = NCOL - 1;
-    while (last > 0 && !L->show[last]) last--;
+    char line[NCOL * (CELL_LEN + 2) + sizeof rc->span + 8];
+    size_t len = 0;
+    int first = 1;
+    line[0] = '\0';
     for (int c = 0; c < NCOL; c++) {
-        const char *s;
         if (!L->show[c]) continue;
+        if (!first) put_cell(line, sizeof line, &len, "", 2, 1);
+        first = 0;
         if (rc && rc->span[0] && c == C_MEDIAN) {
-            fprintf(f, "  %s", rc->span);
+            put_cell(line, sizeof line, &len, rc->span, 0, 1);
             break;
         }
-        s = rc ? rc->c[c] : (c == C_RATIO ? L->ratio_title : col_title[c]);
-        if (!first) fputs("  ", f);
-        first = 0;
-        if (c == last && col_left[c]) fputs(s, f); /* no trailing blanks */
-        else fprintf(f, col_left[c] ? "%-*s" : "%*s", L->width[c], s);
+        put_cell(line, sizeof line, &len,
+                 rc ? rc->c[c] : (c == C_RATIO ? L->ratio_title : col_title[c]), L->width[c],
+                 col_left[c]);
     }
-    fputc('\n', f);
+    while (len > 0 && line[len - 1] == ' ') len--;
+    line[len] = '\0';
+    fprintf(f, "%s\n", line);
 }
 
 /* The version string v.major.minor of CUDA's integer encoding (13000 = 13.0). */
@@ -292,6 +306,7 @@ void fp4_report_print_table(FILE *f, const fp4_report *r)
         }
     }
 
+    fputc('\n', f);
     if (L.show[C_RATIO])
         fprintf(f, "%s: %s's median time / this time (>1: faster), with its 95%% CI\n",
                 L.ratio_title, r->set.baseline[0] ? r->set.baseline : "the baseline");

@@ -1,0 +1,402 @@
+/* Backend "fp4-sm90": our NVFP4 GEMM for Hopper (src/kernels/fp4_sm90*.cu),
+ * and the family-independent part of its C API (kernels/fp4_sm90.h): the
+ * variant table, the choice heuristic, argument checks and the dispatch.
+ *
+ * prepare() packs B once on the host into the layout of the variant chosen for
+ * the shape (fp4_sm90_choose: forced by fp4_sm90_set_forced or
+ * FP4_SM90_KERNEL), swizzles A's scales as a quantizer would produce them,
+ * and uploads `copies` independent sets (A codes, A swizzled scales, packed B,
+ * D, decode workspace). run() is one kernel launch: asynchronous, no
+ * allocation, graph-capturable. FP4_SM90_SPLITK=<n> overrides the decode
+ * kernel's K splits (for tuning). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backends/backends.h" /* gives the table below C linkage */
+}
+#include "backends/blas_common.h"
+#include "backends/gpu_common.h"
+#include "kernels/fp4_sm90.h"
+
+/* sizes of the two families' packed B and decode workspace (kernel files) */
+extern "C" size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
+extern "C" size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
+extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n);
+extern "C" size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
+extern "C" size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
+
+/* ---- variants, choice ------------------------------------------------------------ */
+
+static const fp4_sm90_variant sm90_variants[] = {
+    {FP4_SM90_V1_DECODE, "v1-decode",
+     "small M: swap AB, pre-shuffled weights streamed once, split K + last-block reduce"},
+    {FP4_SM90_V2_PREFILL, "v2-prefill",
+     "large M: 128x128x64 mma.sync tiles, 4-stage cp.async, dequant smem->fragments"},
+};
+
+extern "C" int fp4_sm90_variant_count(void)
+{
+    return (int)(sizeof sm90_variants / sizeof sm90_variants[0]);
+}
+
+extern "C" const fp4_sm90_variant *fp4_sm90_variant_at(int i)
+{
+    return i >= 0 && i < fp4_sm90_variant_count() ? &sm90_variants[i] : NULL;
+}
+
+extern "C" const fp4_sm90_variant *fp4_sm90_variant_by_id(int id)
+{
+    for (int i = 0; i < fp4_sm90_variant_count(); i++)
+        if (sm90_variants[i].id == id) return &sm90_variants[i];
+    return NULL;
+}
+
+extern "C" int fp4_sm90_variant_parse(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "auto") || !strcmp(s, "0") || !s[0]) return FP4_SM90_AUTO;
+    if (!strcmp(s, "decode") || !strcmp(s, "v1-decode") || !strcmp(s, "1")) return FP4_SM90_V1_DECODE;
+    if (!strcmp(s, "prefill") || !strcmp(s, "v2-prefill") || !strcmp(s, "2"))
+        return FP4_SM90_V2_PREFILL;
+    return -1;
+}
+
+static int sm90_forced_by_setter = -1; /* -1: not set */
+
+extern "C" void fp4_sm90_set_forced(int id)
+{
+    sm90_forced_by_setter = fp4_sm90_variant_by_id(id) ? id : FP4_SM90_AUTO;
+}
+
+extern "C" int fp4_sm90_forced(void)
+{
+    if (sm90_forced_by_setter > 0) return sm90_forced_by_setter;
+    if (sm90_forced_by_setter == FP4_SM90_AUTO) return FP4_SM90_AUTO;
+    const int v = fp4_sm90_variant_parse(getenv("FP4_SM90_KERNEL"));
+    return v > 0 ? v : FP4_SM90_AUTO;
+}
+
+/* The rule, in order:
+ * 1. a forced variant wins (setter, then FP4_SM90_KERNEL);
+ * 2. m <= 256: decode. Its cost is the weight stream (once per 64 tokens,
+ *    from L2 after the first chunk) plus the MMAs; it fills the GPU at any N
+ *    through split K. Prefill has no split K: at m <= 256 it has at most
+ *    2 * N/128 blocks (32 at N = 2048) for 132 SMs, several times slower.
+ * 3. fewer 128x128 prefill tiles than SMs (one partial wave): decode, same
+ *    reason;
+ * 4. otherwise prefill: decode re-streams the weights and re-dequantizes them
+ *    for every 64-token chunk.
+ * The crossover (256, one wave) is a reasoned guess, not a measurement: sweep
+ * m = 64..1024 with both variants forced and move it. */
+extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    const int f = fp4_sm90_forced();
+    if (f != FP4_SM90_AUTO) return f;
+    (void)k;
+    if (m <= 256) return FP4_SM90_V1_DECODE;
+    if (((m + 127) / 128) * ((n + 127) / 128) < (int64_t)(num_sms > 0 ? num_sms : 132))
+        return FP4_SM90_V1_DECODE;
+    return FP4_SM90_V2_PREFILL;
+}
+
+extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
+{
+    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_codes_size(n, k)
+                                         : fp4_sm90_prefill_codes_size(n, k);
+}
+
+extern "C" size_t fp4_sm90_packed_b_scales_size(int variant, int64_t n, int64_t k)
+{
+    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_scales_size(n, k)
+                                         : fp4_sm90_prefill_scales_size(n, k);
+}
+
+extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t *codes,
+                                      uint8_t *scales, fp4_err *err)
+{
+    if (!b || !b->codes || !b->scales || !codes || !scales)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: NULL argument");
+    fp4_status st = fp4_check_dims(b->rows, b->cols, err);
+    if (st != FP4_OK) return st;
+    if (variant == FP4_SM90_V1_DECODE) fp4_sm90_decode_pack_b(b, codes, scales);
+    else if (variant == FP4_SM90_V2_PREFILL) fp4_sm90_prefill_pack_b(b, codes, scales);
+    else return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown variant %d", variant);
+    return FP4_OK;
+}
+
+extern "C" size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k)
+{
+    (void)k;
+    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_ws_size(m, n) : 0;
+}
+
+extern "C" fp4_status fp4_sm90_init(fp4_err *err)
+{
+    fp4_status st = fp4_sm90_decode_init(err);
+    if (st != FP4_OK) return st;
+    return fp4_sm90_prefill_init(err);
+}
+
+extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
+{
+    if (!a) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: NULL arguments");
+    if (a->variant != FP4_SM90_V1_DECODE && a->variant != FP4_SM90_V2_PREFILL)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: unknown variant %d", a->variant);
+    if (a->m < 1 || a->n < 1 || a->k < 16 || a->k % 16)
+        return fp4_fail(err, FP4_ERR_SHAPE, "fp4-sm90: shape %lldx%lldx%lld (want >= 1, K %% 16 == 0)",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
+    if (a->m > INT_MAX / 2 || a->n > INT_MAX / 2 || a->k > INT_MAX / 2)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90: %lldx%lldx%lld: sizes over 2^30 are not supported (int indices)",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
+    if (!a->a_codes || !a->a_sf || !a->b_codes || !a->b_sf || !a->d)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: NULL device pointer");
+    if (((uintptr_t)a->a_codes & 15) || ((uintptr_t)a->a_sf & 15) || ((uintptr_t)a->b_codes & 15) ||
+        ((uintptr_t)a->b_sf & 15) || ((uintptr_t)a->d & 7) || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90: misaligned operand (A codes, scales and B must be 16-byte, "
+                        "D 8-byte, the workspace 16-byte aligned)");
+    if (a->variant == FP4_SM90_V1_DECODE && a->splits < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: splits = %d", a->splits);
+    if (a->variant == FP4_SM90_V1_DECODE &&
+        (!a->workspace || a->workspace_bytes < fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k)))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: decode needs a %zu-byte workspace",
+                        fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k));
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    fp4_status st = fp4_sm90_check(a, err);
+    if (st != FP4_OK) return st;
+    return a->variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_launch(a, stream, err)
+                                            : fp4_sm90_prefill_launch(a, stream, err);
+}
+
+/* ---- the backend ----------------------------------------------------------------- */
+
+typedef struct sm90_inst {
+    int num_sms;
+} sm90_inst;
+
+typedef struct sm90_copy {
+    uint8_t *a_codes, *a_sf; /* [m, k/2], swizzled */
+    uint8_t *b_codes, *b_sf; /* packed for the plan's variant */
+    uint16_t *d;             /* [m, n] bf16 */
+    void *ws;                /* decode workspace (zeroed), NULL for prefill */
+} sm90_copy;
+
+typedef struct sm90_plan {
+    fp4_shape shape;
+    float alpha;
+    int variant;
+    int splits; /* 0: automatic */
+    int num_sms;
+    size_t ws_bytes;
+    int copies;
+    sm90_copy *c; /* [copies] */
+} sm90_plan;
+
+static fp4_status sm90_open(void **inst, fp4_err *err)
+{
+    int maj = 0, min = 0, dev = 0;
+    *inst = NULL;
+    fp4_err sub;
+    fp4_status st = fp4_gpu_require(9, 0, 9, &maj, &min, &sub);
+    if (st != FP4_OK)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper: H100/H200): %s",
+                        fp4_err_text(&sub));
+    if (min != 0)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper), this GPU is sm_%d%d", maj,
+                        min);
+    sm90_inst *s = (sm90_inst *)calloc(1, sizeof *s);
+    if (!s) return fp4_fail(err, FP4_ERR_NOMEM, "fp4-sm90: no host memory");
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&s->num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        free(s);
+        return fp4_fail(err, FP4_ERR_CUDA, "fp4-sm90: cannot read the multiprocessor count");
+    }
+    if ((st = fp4_sm90_init(err)) != FP4_OK) {
+        free(s);
+        return st;
+    }
+    *inst = s;
+    return FP4_OK;
+}
+
+static void sm90_close(void *inst)
+{
+    free(inst);
+}
+
+static fp4_status sm90_supports(void *inst, const fp4_shape *s, fp4_err *err)
+{
+    if (s->m > INT_MAX / 2 || s->n > INT_MAX / 2 || s->k > INT_MAX / 2)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90: %lldx%lldx%lld has a size over 2^30 (int indices)",
+                        (long long)s->m, (long long)s->n, (long long)s->k);
+    return FP4_OK;
+}
+
+static void sm90_release(void *plan)
+{
+    sm90_plan *p = (sm90_plan *)plan;
+    if (!p) return;
+    if (p->c) {
+        for (int i = 0; i < p->copies; i++) {
+            cudaFree(p->c[i].a_codes);
+            cudaFree(p->c[i].a_sf);
+            cudaFree(p->c[i].b_codes);
+            cudaFree(p->c[i].b_sf);
+            cudaFree(p->c[i].d);
+            cudaFree(p->c[i].ws);
+        }
+        free(p->c);
+    }
+    free(p);
+}
+
+/* Packs B for the chosen variant and swizzles A's scales on the host once,
+ * then uploads `copies` sets. On failure nothing stays allocated. */
+static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copies, void **plan,
+                               fp4_err *err)
+{
+    sm90_inst *inst = (sm90_inst *)inst_;
+    *plan = NULL;
+    fp4_status st = fp4_gpu_check_problem(pr, copies, err);
+    if (st != FP4_OK) return st;
+    if ((st = sm90_supports(inst, &pr->shape, err)) != FP4_OK) return st;
+
+    const fp4_shape *s = &pr->shape;
+    const int variant = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
+    const size_t a_codes = (size_t)s->m * (size_t)(s->k / 2);
+    const size_t a_sf = fp4_swizzled_size(s->m, s->k);
+    const size_t b_codes = fp4_sm90_packed_b_codes_size(variant, s->n, s->k);
+    const size_t b_sf = fp4_sm90_packed_b_scales_size(variant, s->n, s->k);
+    const size_t ws = fp4_sm90_workspace_size(variant, s->m, s->n, s->k);
+    size_t d_bytes;
+    uint8_t *h_asf = NULL, *h_bq = NULL, *h_bs = NULL;
+    sm90_plan *p = NULL;
+    const char *env = getenv("FP4_SM90_SPLITK");
+
+    if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
+        st = fp4_fail(err, FP4_ERR_OVERFLOW, "fp4-sm90: D overflows size_t");
+        goto out;
+    }
+    h_asf = (uint8_t *)malloc(a_sf);
+    h_bq = (uint8_t *)malloc(b_codes);
+    h_bs = (uint8_t *)malloc(b_sf);
+    p = (sm90_plan *)calloc(1, sizeof *p);
+    if (!h_asf || !h_bq || !h_bs || !p ||
+        !(p->c = (sm90_copy *)calloc((size_t)copies, sizeof *p->c))) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "fp4-sm90: no host memory to pack the operands");
+        goto out;
+    }
+    if ((st = fp4_swizzle_scales(pr->a->scales, s->m, s->k, h_asf, err)) != FP4_OK) goto out;
+    if ((st = fp4_sm90_pack_b(variant, pr->b, h_bq, h_bs, err)) != FP4_OK) goto out;
+
+    p->shape = *s;
+    p->alpha = pr->alpha;
+    p->variant = variant;
+    p->splits = env ? atoi(env) : 0;
+    if (p->splits < 0) p->splits = 0;
+    p->num_sms = inst->num_sms;
+    p->ws_bytes = ws;
+    p->copies = copies;
+    for (int i = 0; i < copies; i++) {
+        sm90_copy *c = &p->c[i];
+        if ((st = fp4_gpu_upload((void **)&c->a_codes, pr->a->codes, a_codes, "A codes", err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&c->a_sf, h_asf, a_sf, "A swizzled scales", err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&c->b_codes, h_bq, b_codes, "packed B codes", err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&c->b_sf, h_bs, b_sf, "packed B scales", err)) != FP4_OK ||
+            (st = fp4_gpu_alloc((void **)&c->d, d_bytes, "D bf16", err)) != FP4_OK)
+            goto out;
+        if (ws) {
+            if ((st = fp4_gpu_alloc(&c->ws, ws, "fp4-sm90 workspace", err)) != FP4_OK) goto out;
+            FP4_CUDA_GOTO(err, st, cudaMemset(c->ws, 0, ws), out);
+        }
+    }
+    FP4_CUDA_GOTO(err, st, cudaDeviceSynchronize(), out);
+    *plan = p;
+    p = NULL;
+    st = FP4_OK;
+out:
+    sm90_release(p);
+    free(h_asf);
+    free(h_bq);
+    free(h_bs);
+    return st;
+}
+
+static fp4_status sm90_poison(void *plan, int copy, void *stream, fp4_err *err)
+{
+    sm90_plan *p = (sm90_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n,
+                               (cudaStream_t)stream, err);
+}
+
+static fp4_status sm90_run(void *plan, int copy, void *stream, fp4_err *err)
+{
+    sm90_plan *p = (sm90_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    const sm90_copy *c = &p->c[copy];
+    fp4_sm90_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.variant = p->variant;
+    a.m = p->shape.m;
+    a.n = p->shape.n;
+    a.k = p->shape.k;
+    a.a_codes = c->a_codes;
+    a.a_sf = c->a_sf;
+    a.b_codes = c->b_codes;
+    a.b_sf = c->b_sf;
+    a.alpha = p->alpha;
+    a.d = c->d;
+    a.workspace = c->ws;
+    a.workspace_bytes = p->ws_bytes;
+    a.num_sms = p->num_sms;
+    a.splits = p->splits;
+    return fp4_sm90_gemm(&a, (cudaStream_t)stream, err);
+}
+
+static fp4_status sm90_read_output(void *plan, int copy, float *d, fp4_err *err)
+{
+    sm90_plan *p = (sm90_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
+}
+
+static const char *sm90_variant_name(void *plan)
+{
+    const sm90_plan *p = (const sm90_plan *)plan;
+    const fp4_sm90_variant *v = p ? fp4_sm90_variant_by_id(p->variant) : NULL;
+    return v ? v->name : "unknown";
+}
+
+/* Positional: C++17 has no designated initializers. One comment per field. */
+extern "C" const fp4_backend_ops fp4_backend_fp4_sm90 = {
+    FP4_BACKEND_API_VERSION,                                          /* api_version */
+    "fp4-sm90",                                                       /* name */
+    "our NVFP4 GEMM for Hopper: exact dequant to fp16 in registers, mma.sync", /* summary */
+    FP4_BACKEND_GPU,                                                  /* flags: exact operands */
+    FP4_MATH_BF16_TC, /* math: 16-bit tensor cores (fp16 rate = bf16 rate) */
+    1e-2,             /* tol_max: fp32 accumulation, one bf16 rounding of D */
+    5e-3,             /* tol_norm */
+    sm90_open,        /* open: exactly sm_90 */
+    sm90_close,       /* close */
+    sm90_supports,    /* supports */
+    sm90_prepare,     /* prepare: pack B, swizzle A scales, upload copies */
+    sm90_poison,      /* poison */
+    sm90_run,         /* run: one kernel launch */
+    sm90_read_output, /* read_output */
+    sm90_release,     /* release */
+    NULL,             /* bytes_moved: fp4_gemm_min_bytes */
+    sm90_variant_name, /* variant: "v1-decode" / "v2-prefill" */
+};
