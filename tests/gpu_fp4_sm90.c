@@ -1,0 +1,317 @@
+/* The fp4-sm90 backend and the GPU quantizer against the CPU specification.
+ *
+ * 1. GPU quantizer (kernels/fp4_quantize.h) bit-identical (memcmp) to
+ *    fp4_quantize_bf16 + fp4_swizzle_scales: codes, swizzled scales with
+ *    zeroed padding, global scale; given and computed encode scales; rows not
+ *    a multiple of 128, K/16 not a multiple of 4; a matrix of exact E2M1 ties.
+ * 2. GEMM through the backend interface, each kernel variant forced, against
+ *    fp4_gemm_reference on gaussian data quantized by fp4_quantize_f32: output
+ *    poisoned first, no NaN left, max|D-R|/max|R| <= 1e-2, ||D-R||/||R|| <= 5e-3,
+ *    every copy, and a second run of a copy (the decode workspace must come
+ *    back zeroed), also replayed from a CUDA graph.
+ * 3. Misaligned operands rejected with FP4_ERR_UNSUPPORTED.
+ * Exits 77 (skipped) without an sm_90 GPU. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fp4/backend.h"
+#include "fp4/format.h"
+#include "kernels/fp4_quantize.h"
+#include "kernels/fp4_sm90.h"
+
+extern const fp4_backend_ops fp4_backend_fp4_sm90;
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static double uniform01(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static float gaussian(void)
+{
+    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+
+/* ---- 1. the quantizer ------------------------------------------------------------ */
+
+/* x: host bf16 [rows, cols]. */
+static void check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float gs,
+                            const char *what)
+{
+    fp4_err err;
+    fp4_matrix ref;
+    const size_t ncodes = (size_t)rows * (size_t)(cols / 2);
+    const size_t nsf = fp4_swizzled_size(rows, cols);
+    uint8_t *ref_sf = malloc(nsf), *got_codes = malloc(ncodes), *got_sf = malloc(nsf);
+    void *dx = NULL, *dcodes = NULL, *dsf = NULL, *dgs = NULL, *damax = NULL;
+    float got_gs = 0.0f;
+    CHECK(ref_sf && got_codes && got_sf);
+    CHECK(fp4_quantize_bf16(x, rows, cols, gs, &ref, &err) == FP4_OK);
+    CHECK(fp4_swizzle_scales(ref.scales, rows, cols, ref_sf, &err) == FP4_OK);
+
+    CHECK(cudaMalloc(&dx, (size_t)rows * (size_t)cols * 2) == cudaSuccess);
+    CHECK(cudaMalloc(&dcodes, ncodes) == cudaSuccess);
+    CHECK(cudaMalloc(&dsf, nsf) == cudaSuccess);
+    CHECK(cudaMalloc(&dgs, 4) == cudaSuccess);
+    CHECK(cudaMalloc(&damax, 4) == cudaSuccess);
+    CHECK(cudaMemcpy(dx, x, (size_t)rows * (size_t)cols * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    /* garbage first, so that a byte the kernel forgets shows up */
+    CHECK(cudaMemset(dcodes, 0xA5, ncodes) == cudaSuccess);
+    CHECK(cudaMemset(dsf, 0xA5, nsf) == cudaSuccess);
+    fp4_status st = fp4_gpu_quantize_bf16(dx, rows, cols, gs, dcodes, dsf, dgs, damax, 0, &err);
+    CHECK_MSG(st == FP4_OK, "%s: %s", what, fp4_err_text(&err));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(cudaMemcpy(got_codes, dcodes, ncodes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(got_sf, dsf, nsf, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(&got_gs, dgs, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+
+    size_t bad_codes = 0, bad_sf = 0;
+    for (size_t i = 0; i < ncodes; i++) bad_codes += got_codes[i] != ref.codes[i];
+    for (size_t i = 0; i < nsf; i++) bad_sf += got_sf[i] != ref_sf[i];
+    CHECK_MSG(memcmp(got_codes, ref.codes, ncodes) == 0, "%s %lldx%lld gs=%g: %zu code bytes differ",
+              what, (long long)rows, (long long)cols, (double)gs, bad_codes);
+    CHECK_MSG(memcmp(got_sf, ref_sf, nsf) == 0, "%s %lldx%lld gs=%g: %zu scale bytes differ", what,
+              (long long)rows, (long long)cols, (double)gs, bad_sf);
+    CHECK_MSG(memcmp(&got_gs, &ref.global_scale, 4) == 0, "%s: global scale %.9g vs %.9g", what,
+              (double)got_gs, (double)ref.global_scale);
+
+    cudaFree(dx);
+    cudaFree(dcodes);
+    cudaFree(dsf);
+    cudaFree(dgs);
+    cudaFree(damax);
+    fp4_matrix_free(&ref);
+    free(ref_sf);
+    free(got_codes);
+    free(got_sf);
+}
+
+static void test_quantizer(void)
+{
+    static const int64_t shapes[][2] = {{1, 16}, {3, 48}, {130, 80}, {129, 2880}, {256, 6144}, {17, 16}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t rows = shapes[i][0], cols = shapes[i][1];
+        uint16_t *x = malloc((size_t)rows * (size_t)cols * 2);
+        CHECK(x != NULL);
+        if (!x) return;
+        for (int64_t j = 0; j < rows * cols; j++) {
+            /* gaussian with a few large and tiny blocks, so scales span E4M3 */
+            float scale = (j / 16) % 7 == 0 ? 1e-3f : (j / 16) % 11 == 0 ? 50.0f : 1.0f;
+            x[j] = fp4_bf16_from_float(gaussian() * scale);
+        }
+        check_quantizer(x, rows, cols, 0.0f, "gaussian, computed gs");
+        check_quantizer(x, rows, cols, 2688.0f / 3.7f, "gaussian, given gs");
+        free(x);
+    }
+    /* all zero: gs = 1, everything 0 */
+    {
+        uint16_t *x = calloc(64 * 48, 2);
+        CHECK(x != NULL);
+        if (x) check_quantizer(x, 64, 48, 0.0f, "zeros");
+        free(x);
+    }
+    /* exact ties: gs = 1 and every block holds 6.0, so sf = 1 and inv = 1: the
+     * e2m1 rounding sees the midpoints themselves, both signs, and -0. */
+    {
+        static const float v[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 5.5f,
+                                  0.1f,  -0.25f, -0.75f, -1.25f, -2.5f, -5.0f, -0.0f, 7.0f};
+        const int64_t rows = 5, cols = 64;
+        uint16_t x[5 * 64];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) {
+                float f = (c % 16 == 0) ? 6.0f : v[(c + r) % 16];
+                x[r * cols + c] = fp4_bf16_from_float(f);
+            }
+        check_quantizer(x, rows, cols, 1.0f, "ties");
+    }
+}
+
+/* ---- 2. the GEMM -------------------------------------------------------------------- */
+
+static void compare(const float *d, const float *r, size_t n, const char *what)
+{
+    double maxr = 0, maxe = 0, se = 0, sr = 0;
+    size_t nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(d[i])) {
+            nan++;
+            continue;
+        }
+        const double e = fabs((double)d[i] - (double)r[i]);
+        maxe = e > maxe ? e : maxe;
+        maxr = fabs(r[i]) > maxr ? fabs(r[i]) : maxr;
+        se += e * e;
+        sr += (double)r[i] * r[i];
+    }
+    const double rel_max = maxr > 0 ? maxe / maxr : maxe;
+    const double rel_norm = sr > 0 ? sqrt(se / sr) : sqrt(se);
+    CHECK_MSG(nan == 0, "%s: %zu NaN outputs (of %zu)", what, nan, n);
+    CHECK_MSG(rel_max <= 1e-2, "%s: max error %.3g of max |R|", what, rel_max);
+    CHECK_MSG(rel_norm <= 5e-3, "%s: normwise error %.3g", what, rel_norm);
+}
+
+static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64_t m, int64_t n,
+                      int64_t k)
+{
+    fp4_err err;
+    fp4_matrix a, b;
+    char what[160];
+    const fp4_sm90_variant *v = fp4_sm90_variant_by_id(variant);
+    snprintf(what, sizeof what, "%s (%lld, %lld, %lld)", v ? v->name : "?", (long long)m,
+             (long long)n, (long long)k);
+    float *xa = malloc((size_t)m * (size_t)k * 4), *xb = malloc((size_t)n * (size_t)k * 4);
+    float *ref = malloc((size_t)m * (size_t)n * 4), *got = malloc((size_t)m * (size_t)n * 4);
+    CHECK(xa && xb && ref && got);
+    if (!xa || !xb || !ref || !got) goto out_free;
+    for (int64_t i = 0; i < m * k; i++) xa[i] = gaussian();
+    for (int64_t i = 0; i < n * k; i++) xb[i] = gaussian();
+    CHECK(fp4_quantize_f32(xa, m, k, 0.0f, &a, &err) == FP4_OK);
+    CHECK(fp4_quantize_f32(xb, n, k, 0.0f, &b, &err) == FP4_OK);
+
+    fp4_gemm_problem pr;
+    pr.shape.m = m;
+    pr.shape.n = n;
+    pr.shape.k = k;
+    pr.a = &a;
+    pr.b = &b;
+    pr.alpha = a.global_scale * b.global_scale;
+    CHECK(fp4_gemm_reference(&a, &b, pr.alpha, ref, 0, &err) == FP4_OK);
+
+    fp4_sm90_set_forced(variant);
+    void *plan = NULL;
+    const int copies = 2;
+    fp4_status st = ops->prepare(inst, &pr, copies, &plan, &err);
+    CHECK_MSG(st == FP4_OK, "%s: prepare: %s", what, fp4_err_text(&err));
+    if (st == FP4_OK) {
+        CHECK_MSG(strcmp(ops->variant(plan), v->name) == 0, "%s: plan runs %s", what,
+                  ops->variant(plan));
+        for (int c = 0; c < copies; c++) {
+            for (int rep = 0; rep < 2; rep++) { /* the 2nd run needs a clean workspace */
+                char w2[200];
+                snprintf(w2, sizeof w2, "%s copy %d run %d", what, c, rep);
+                CHECK(ops->poison(plan, c, NULL, &err) == FP4_OK);
+                st = ops->run(plan, c, NULL, &err);
+                CHECK_MSG(st == FP4_OK, "%s: run: %s", w2, fp4_err_text(&err));
+                CHECK_MSG(ops->read_output(plan, c, got, &err) == FP4_OK, "%s: read: %s", w2,
+                          fp4_err_text(&err));
+                compare(got, ref, (size_t)m * (size_t)n, w2);
+            }
+        }
+        /* graph capture and two replays of copy 0 */
+        cudaStream_t s;
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CHECK(cudaStreamCreate(&s) == cudaSuccess);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        st = ops->run(plan, 0, s, &err);
+        CHECK_MSG(st == FP4_OK, "%s: run in capture: %s", what, fp4_err_text(&err));
+        CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+        CHECK(graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        for (int rep = 0; rep < 2 && exec; rep++) {
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s graph replay %d", what, rep);
+            CHECK(ops->poison(plan, 0, s, &err) == FP4_OK);
+            CHECK(cudaGraphLaunch(exec, s) == cudaSuccess);
+            CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+            CHECK(ops->read_output(plan, 0, got, &err) == FP4_OK);
+            compare(got, ref, (size_t)m * (size_t)n, w2);
+        }
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+        cudaStreamDestroy(s);
+        ops->release(plan);
+    }
+    fp4_sm90_set_forced(FP4_SM90_AUTO);
+    fp4_matrix_free(&a);
+    fp4_matrix_free(&b);
+out_free:
+    free(xa);
+    free(xb);
+    free(ref);
+    free(got);
+}
+
+/* ---- 3. argument checks ------------------------------------------------------------ */
+
+static void test_rejects(void)
+{
+    fp4_err err;
+    void *buf = NULL;
+    CHECK(cudaMalloc(&buf, 1 << 20) == cudaSuccess);
+    fp4_sm90_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.variant = FP4_SM90_V2_PREFILL;
+    a.m = 16;
+    a.n = 64;
+    a.k = 64;
+    a.a_codes = (const uint8_t *)buf + 8; /* misaligned */
+    a.a_sf = (const uint8_t *)buf;
+    a.b_codes = (const uint8_t *)buf;
+    a.b_sf = (const uint8_t *)buf;
+    a.d = (uint16_t *)buf;
+    a.alpha = 1.0f;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_UNSUPPORTED);
+    a.a_codes = (const uint8_t *)buf;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_OK);
+    a.k = 40;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
+    a.k = 64;
+    a.variant = FP4_SM90_V1_DECODE; /* no workspace */
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+    cudaFree(buf);
+}
+
+int main(void)
+{
+    int count = 0, major = 0, minor = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("gpu_fp4_sm90: skipped: no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (major != 9 || minor != 0) {
+        printf("gpu_fp4_sm90: skipped: needs an sm_90 GPU, this one is sm_%d%d\n", major, minor);
+        return 77;
+    }
+    const fp4_backend_ops *ops = &fp4_backend_fp4_sm90;
+    fp4_err err;
+    void *inst = NULL;
+    fp4_status st = ops->open(&inst, &err);
+    CHECK_MSG(st == FP4_OK, "open: %s", fp4_err_text(&err));
+    if (st != FP4_OK) return check_finish("gpu_fp4_sm90");
+
+    test_quantizer();
+    test_rejects();
+
+    /* Every M in {1,3,16,17,64,129,256}, N in {1,8,200,768,2048}, K in
+     * {16,48,2880,6144} appears at least once per variant. */
+    static const int64_t shapes[][3] = {
+        {1, 2048, 6144}, {3, 200, 2880}, {16, 2048, 6144}, {17, 768, 48}, {64, 768, 6144},
+        {129, 8, 2880},  {256, 200, 16},  {16, 1, 16},      {64, 2048, 48}, {1, 8, 6144},
+        {256, 768, 2880}, {3, 1, 48},
+    };
+    const int variants[2] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL};
+    for (int v = 0; v < 2; v++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
+    /* decode with forced split counts, and a multi-chunk M (3 token chunks) */
+    setenv("FP4_SM90_SPLITK", "1", 1);
+    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 16, 768, 2880);
+    setenv("FP4_SM90_SPLITK", "45", 1);
+    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 16, 768, 2880);
+    unsetenv("FP4_SM90_SPLITK");
+    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 150, 2048, 6144);
+
+    ops->close(inst);
+    return check_finish("gpu_fp4_sm90");
+}
