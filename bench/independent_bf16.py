@@ -5,19 +5,39 @@ none of its code: CUDA graph of a batch of calls rotating through enough
 operand copies to exceed 3x L2, CUDA events, median of >= 30 samples.
 
 usage: python3 bench/independent_bf16.py [M N K ...]   (default 4096 2048 6144)
-Prints one line per shape: median us and TFLOP/s."""
+Prints two lines per shape (NVFP4-valued and randn operands): median us, TFLOP/s."""
 import sys
 
 import torch
 
 
-def measure(m, n, k):
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def make(rows, cols, dev, nvfp4_values):
+    """bf16 operand: plain randn, or randn rounded to NVFP4 values (e2m1 times an
+    e4m3 scale per 16), which is what fp4bench's cublas-bf16 multiplies. The
+    tensor cores' power (so the clock) depends on the operand bits, so the two
+    kinds of data run at different rates."""
+    x = torch.randn(rows, cols, device=dev, dtype=torch.float32)
+    if not nvfp4_values:
+        return x.to(torch.bfloat16)
+    blk = x.view(rows, cols // 16, 16)
+    sf = (blk.abs().amax(-1, keepdim=True) / 6).to(torch.float8_e4m3fn).to(torch.float32)
+    q = blk / torch.where(sf > 0, sf, torch.ones_like(sf))
+    grid = torch.tensor(E2M1, device=dev)
+    idx = (q.abs().unsqueeze(-1) - grid).abs().argmin(-1)
+    q = grid[idx] * torch.sign(q)
+    return (q * sf).view(rows, cols).to(torch.bfloat16)
+
+
+def measure(m, n, k, nvfp4_values):
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     per_call = 2 * (m * k + n * k + m * n)
     copies = max(1, -(-3 * l2 // per_call))
-    a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-    b = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+    a = [make(m, k, dev, nvfp4_values) for _ in range(copies)]
+    b = [make(n, k, dev, nvfp4_values) for _ in range(copies)]
     d = [torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
     reps = max(1, int(200e-6 / 1e-5 / copies))  # rough: ~200 us per sample
     batch = copies * reps
@@ -56,9 +76,11 @@ def main():
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for i in range(0, len(args), 3):
         m, n, k = args[i:i + 3]
-        med, tflops, copies, batch = measure(m, n, k)
-        print(f"independent torch bf16 {m}x{n}x{k}: median {med:.2f} us, {tflops:.1f} TFLOP/s "
-              f"(cold: {copies} copies, batch {batch}, CUDA graph)")
+        for nvfp4_values in (True, False):
+            med, tflops, copies, batch = measure(m, n, k, nvfp4_values)
+            data = "NVFP4-valued" if nvfp4_values else "randn"
+            print(f"independent torch bf16 {m}x{n}x{k} {data}: median {med:.2f} us, "
+                  f"{tflops:.1f} TFLOP/s (cold: {copies} copies, batch {batch}, CUDA graph)")
 
 
 if __name__ == "__main__":

@@ -178,7 +178,9 @@ static fp4_status fp8_requantize(const fp4_matrix *x, uint8_t **out, float *dec,
 static fp4_status fp8_make_desc(fp8_copy *c, fp4_err *err)
 {
     const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const void *sa = c->scales, *sb = (const float *)c->scales + 1;
+    /* each scale on its own 16-byte boundary: cublasLtMatmul answered
+     * NOT_SUPPORTED on the H200 when B's scale sat 4 bytes after A's */
+    const void *sa = c->scales, *sb = (const float *)c->scales + 4;
     FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     FP4_CUBLAS_TRY(
         err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -252,7 +254,7 @@ static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies
 
     const fp4_shape *s = &pr->shape;
     uint8_t *ha = NULL, *hb = NULL;
-    float dec[2] = {1.0f, 1.0f}; /* {B's, A's}: cuBLAS's A is our B */
+    float dec[8] = {1.0f, 0, 0, 0, 1.0f, 0, 0, 0}; /* {B's, A's} 16 bytes apart: cuBLAS's A is our B */
     fp8_plan *p = NULL;
     const size_t a_bytes = (size_t)s->m * (size_t)s->k; /* fp8_requantize checks it */
     const size_t b_bytes = (size_t)s->n * (size_t)s->k;
@@ -261,7 +263,7 @@ static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublaslt-fp8: D overflows size_t");
         goto out;
     }
-    if ((st = fp8_requantize(pr->a, &ha, &dec[1], err)) != FP4_OK) goto out;
+    if ((st = fp8_requantize(pr->a, &ha, &dec[4], err)) != FP4_OK) goto out;
     if ((st = fp8_requantize(pr->b, &hb, &dec[0], err)) != FP4_OK) goto out;
 
     p = (fp8_plan *)calloc(1, sizeof *p);

@@ -57,9 +57,9 @@ extern "C" fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes
 
 extern "C" fp4_status fp4_gpu_poison_bf16(void *d, size_t n, cudaStream_t stream, fp4_err *err)
 {
-    /* 0x7FC0 repeated: memset writes bytes, so use the pattern 0x7F7F... which is
-     * also a bf16 NaN (exponent all ones, mantissa non-zero). */
-    FP4_CUDA_TRY(err, cudaMemsetAsync(d, 0x7F, n * 2, stream));
+    /* memset writes bytes: 0xFFFF is a bf16 NaN (exponent all ones, mantissa
+     * non-zero). 0x7F7F is not: it is 3.4e38, which the H200 run caught. */
+    FP4_CUDA_TRY(err, cudaMemsetAsync(d, 0xFF, n * 2, stream));
     return FP4_OK;
 }
 
