@@ -11,7 +11,7 @@ expect 0 "fp4bench [0-9.]+ \(commit [0-9a-f]+" -- "$FP4" --version
 expect 0 "cpu-ref +yes" -- "$FP4" list
 expect 0 "sweep-m" -- "$FP4" list
 
-expect 0 "cpu-ref" -- "$FP4" run --shape 16x256x64,3x200x48 --json "$TMP/r.json" --csv "$TMP/r.csv" --samples --quiet
+expect 0 "cpu-ref" -- "$FP4" run --backend cpu-ref --shape 16x256x64,3x200x48 --json "$TMP/r.json" --csv "$TMP/r.csv" --samples --quiet
 grep -q "reference" "$TMP/out" || fail "table lacks the verified column: $(cat "$TMP/out")"
 [ "$(wc -l <"$TMP/r.csv")" -eq 3 ] || fail "CSV should have a header and 2 rows: $(cat "$TMP/r.csv")"
 grep -q '"schema_version"' "$TMP/r.json" || fail "JSON lacks schema_version"

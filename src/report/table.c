@@ -12,14 +12,14 @@
 
 enum {
     C_LABEL, C_M, C_N, C_K, C_BACKEND, /* identity: present on every row */
-    C_MEDIAN, C_NOISE, C_RATIO, C_TFLOPS, C_GBPS, C_ROOF, C_VERIFIED, C_FLAGS,
+    C_MEDIAN, C_LAUNCH, C_NOISE, C_RATIO, C_TFLOPS, C_GBPS, C_ROOF, C_VERIFIED, C_FLAGS,
     NCOL
 };
 
 static const char *const col_title[NCOL] = {
-    "label", "M", "N", "K", "backend", "median us", "noise", "vs", "TFLOP/s",
+    "label", "M", "N", "K", "backend", "median us", "launch us", "noise", "vs", "TFLOP/s",
     "GB/s", "% roof", "verified", "flags"};
-static const int col_left[NCOL] = {1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 1};
+static const int col_left[NCOL] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 1};
 
 typedef struct row_cells {
     char c[NCOL][CELL_LEN];
@@ -30,7 +30,7 @@ typedef struct table_layout {
     int show[NCOL];
     int width[NCOL];
     char ratio_title[FP4_NAME_LEN + 8];
-    int any_timeout, any_low_clock, any_ratio, any_verified;
+    int any_timeout, any_low_clock, any_ratio, any_verified, any_launch;
 } table_layout;
 
 /* A time in us with about 4 significant digits; "-" when not finite. */
@@ -104,6 +104,7 @@ static void make_cells(const fp4_row *w, const char *baseline, row_cells *rc)
     }
 
     fmt_time(rc->c[C_MEDIAN], CELL_LEN, w->t.count > 0 ? w->t.median : NAN);
+    fmt_time(rc->c[C_LAUNCH], CELL_LEN, w->t_launch.count > 0 ? w->t_launch.median : NAN);
     if (w->t.count <= 0 || isnan(w->t.noise)) snprintf(rc->c[C_NOISE], CELL_LEN, "-");
     else if (isinf(w->t.noise)) snprintf(rc->c[C_NOISE], CELL_LEN, "inf");
     else snprintf(rc->c[C_NOISE], CELL_LEN, "%.*f%%", w->t.noise < 0.1 ? 2 : 1,
@@ -159,10 +160,13 @@ static void layout_table(const fp4_report *r, table_layout *L)
             L->any_low_clock |= w->tel.valid && w->tel.low_clock_samples > 0;
             L->any_ratio |= w->has_ratio != 0;
             L->any_verified |= w->verified == 1;
+            L->any_launch |= w->t_launch.count > 0;
         }
     }
     L->show[C_RATIO] = r->set.baseline[0] != '\0' || L->any_ratio;
     L->show[C_FLAGS] = L->any_timeout || L->any_low_clock;
+    /* plain-launch time (launch gaps included) only when it was measured */
+    L->show[C_LAUNCH] = L->any_launch;
 }
 
 /* Append s padded to width (left or right aligned) at line[*len], bounded by
@@ -311,6 +315,9 @@ void fp4_report_print_table(FILE *f, const fp4_report *r)
         fprintf(f, "%s: %s's median time / this time (>1: faster), with its 95%% CI\n",
                 L.ratio_title, r->set.baseline[0] ? r->set.baseline : "the baseline");
     fputs("noise: half-width of the 95% CI of the median, relative to it\n", f);
+    if (L.any_launch)
+        fputs("launch us: the same calls as plain launches, launch gaps included (median us "
+              "is in CUDA graphs)\n", f);
     if (L.any_verified)
         fputs("verified: ok <||D-R||/||R||> against the exact reference\n", f);
     if (L.any_timeout)
