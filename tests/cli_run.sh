@@ -19,6 +19,12 @@ grep -q '"samples_us"' "$TMP/r.json" || fail "JSON lacks samples with --samples"
 checks=$((checks + 4))
 expect 0 "" -- "$FP4" compare "$TMP/r.json" "$TMP/r.json"
 
+# an external backend loaded as a plugin is verified and timed like the others
+expect 0 "plugin-good" -- "$FP4" run --plugin "$TOOLS/libfp4_plugin_good.so" --backend cpu-ref --shape 4x24x32 --quiet --max-time 0.5
+grep -E "^custom .*plugin-good .*ok" "$TMP/out" >/dev/null || fail "plugin row not verified: $(cat "$TMP/out")"
+checks=$((checks + 1))
+expect 3 "API version 0" -- "$FP4" run --plugin "$TOOLS/libfp4_plugin_oldabi.so" --shape 4x24x32
+
 # GPU backends on a machine without a GPU: unsupported rows, not a crash
 if "$FP4" list | grep -q '^cuda-ref'; then
     expect 0 "unsupported" -- "$FP4" run --backend all --shape 16x64x64 --quiet

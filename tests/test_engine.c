@@ -1,0 +1,294 @@
+/* The engine on the CPU with fake backends: every way a backend can fail
+ * becomes an "unsupported (reason)" or "FAILED (reason)" row while the good
+ * backends are still verified and timed; plugins load with a version check. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fp4/backend.h"
+#include "fp4/engine.h"
+
+/* How a fake backend misbehaves. */
+enum fake_mode {
+    FAKE_GOOD,        /* exact: the reference itself */
+    FAKE_NO_OPEN,     /* open() refuses: "no such hardware" */
+    FAKE_NO_SHAPE,    /* supports() refuses every shape */
+    FAKE_PREP_ERROR,  /* prepare() fails with an I/O-like error */
+    FAKE_WRONG,       /* one element off by 10% */
+    FAKE_UNWRITTEN,   /* leaves the last element as it was (poisoned) */
+    FAKE_ZEROS,       /* writes zeros everywhere (the FlashInfer #2577 symptom) */
+    FAKE_RUN_ERROR,   /* run() fails on the second call */
+    FAKE_MODES
+};
+
+typedef struct fake_plan {
+    int mode;
+    fp4_matrix a, b;
+    float alpha;
+    float *d;
+    size_t n;
+    int calls;
+} fake_plan;
+
+/* One table per mode; the mode travels in the instance pointer. */
+static fp4_status fake_open_mode(void **inst, int mode, fp4_err *err)
+{
+    *inst = (void *)(intptr_t)(mode + 1);
+    if (mode == FAKE_NO_OPEN) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no such hardware here");
+    return FP4_OK;
+}
+
+static void fake_close(void *inst)
+{
+}
+
+static fp4_status fake_supports(void *inst, const fp4_shape *s, fp4_err *err)
+{
+    if ((int)(intptr_t)inst - 1 == FAKE_NO_SHAPE)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs N %% 4096 == 0");
+    return FP4_OK;
+}
+
+static void fake_release(void *p_)
+{
+    fake_plan *p = p_;
+    if (!p) return;
+    fp4_matrix_free(&p->a);
+    fp4_matrix_free(&p->b);
+    free(p->d);
+    free(p);
+}
+
+static fp4_status fake_prepare(void *inst, const fp4_gemm_problem *pr, int copies, void **out,
+                               fp4_err *err)
+{
+    int mode = (int)(intptr_t)inst - 1;
+    if (mode == FAKE_PREP_ERROR) return fp4_fail(err, FP4_ERR_IO, "weights file vanished");
+    fake_plan *p = calloc(1, sizeof *p);
+    p->mode = mode;
+    p->n = (size_t)pr->shape.m * (size_t)pr->shape.n;
+    p->d = malloc(p->n * sizeof(float));
+    p->alpha = pr->alpha;
+    fp4_matrix_copy(&p->a, pr->a, err);
+    fp4_matrix_copy(&p->b, pr->b, err);
+    *out = p;
+    return FP4_OK;
+}
+
+static fp4_status fake_poison(void *p_, int copy, void *stream, fp4_err *err)
+{
+    fake_plan *p = p_;
+    for (size_t i = 0; i < p->n; i++) p->d[i] = NAN;
+    return FP4_OK;
+}
+
+static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
+{
+    fake_plan *p = p_;
+    float last = p->d[p->n - 1];
+    if (p->mode == FAKE_RUN_ERROR && ++p->calls > 2)
+        return fp4_fail(err, FP4_ERR_CUDA, "illegal memory access (simulated)");
+    fp4_status st = fp4_gemm_reference(&p->a, &p->b, p->alpha, p->d, 1, err);
+    if (p->mode == FAKE_WRONG) p->d[p->n / 2] *= 1.1f;
+    if (p->mode == FAKE_UNWRITTEN) p->d[p->n - 1] = last;
+    if (p->mode == FAKE_ZEROS) memset(p->d, 0, p->n * sizeof(float));
+    return st;
+}
+
+static fp4_status fake_read(void *p_, int copy, float *d, fp4_err *err)
+{
+    fake_plan *p = p_;
+    memcpy(d, p->d, p->n * sizeof(float));
+    return FP4_OK;
+}
+
+#define FAKE_OPEN(m)                                                                         \
+    static fp4_status fake_open_##m(void **inst, fp4_err *err)                               \
+    {                                                                                        \
+        return fake_open_mode(inst, m, err);                                                 \
+    }
+FAKE_OPEN(0)
+FAKE_OPEN(1)
+FAKE_OPEN(2)
+FAKE_OPEN(3)
+FAKE_OPEN(4)
+FAKE_OPEN(5)
+FAKE_OPEN(6)
+FAKE_OPEN(7)
+
+static fp4_status (*const fake_opens[FAKE_MODES])(void **, fp4_err *) = {
+    fake_open_0, fake_open_1, fake_open_2, fake_open_3,
+    fake_open_4, fake_open_5, fake_open_6, fake_open_7};
+static const char *const fake_names[FAKE_MODES] = {"good", "no-open", "no-shape", "prep-error",
+                                                   "wrong", "unwritten", "zeros", "run-error"};
+
+static fp4_backend_ops make_ops(int mode)
+{
+    fp4_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.api_version = FP4_BACKEND_API_VERSION;
+    o.name = fake_names[mode];
+    o.summary = "fake";
+    o.math = FP4_MATH_CPU;
+    o.tol_max = 1e-2;
+    o.tol_norm = 5e-3;
+    o.open = fake_opens[mode];
+    o.close = fake_close;
+    o.supports = fake_supports;
+    o.prepare = fake_prepare;
+    o.poison = fake_poison;
+    o.run = fake_run;
+    o.read_output = fake_read;
+    o.release = fake_release;
+    return o;
+}
+
+static const fp4_row *find_row(const fp4_report *r, const char *backend)
+{
+    for (int i = 0; i < r->nrows; i++)
+        if (strcmp(r->rows[i].backend, backend) == 0) return &r->rows[i];
+    return NULL;
+}
+
+static int rows_seen;
+static void count_rows(const fp4_report *r, const fp4_row *row, void *user)
+{
+    (void)r;
+    (void)row;
+    (*(int *)user)++;
+}
+
+static void test_fake_backends(void)
+{
+    fp4_backend_ops ops[FAKE_MODES];
+    const fp4_backend_ops *list[FAKE_MODES + 1];
+    fp4_settings set;
+    fp4_report rep;
+    fp4_engine *e;
+    fp4_err err;
+    fp4_case c = {{5, 40, 64}, "fake"};
+    for (int i = 0; i < FAKE_MODES; i++) {
+        ops[i] = make_ops(i);
+        list[i] = &ops[i];
+    }
+    list[FAKE_MODES] = fp4_backend_find("cpu-ref");
+    fp4_settings_default(&set);
+    set.warmup_ms = 0;
+    set.stop.min_samples = 3;
+    set.stop.max_time_s = 0.5;
+    snprintf(set.baseline, sizeof set.baseline, "cpu-ref");
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, FAKE_MODES + 1, &rep, count_rows, &rows_seen,
+                              &err) == FP4_OK);
+    CHECK(rep.nrows == FAKE_MODES + 1);
+    CHECK(rows_seen == FAKE_MODES + 1);
+
+    const fp4_row *r = find_row(&rep, "good");
+    CHECK(r && r->state == FP4_ROW_OK && r->verified == 1 && r->t.count >= 3);
+    CHECK(r && r->has_ratio && r->ratio > 0);
+    r = find_row(&rep, "cpu-ref");
+    CHECK(r && r->state == FP4_ROW_OK && r->verified == -1 && r->t.count >= 3);
+    CHECK(r && strstr(r->verify_note, "spot checks") != NULL);
+    r = find_row(&rep, "no-open");
+    CHECK(r && r->state == FP4_ROW_UNSUPPORTED && strstr(r->reason, "no such hardware"));
+    CHECK(r && r->t.count == 0);
+    r = find_row(&rep, "no-shape");
+    CHECK(r && r->state == FP4_ROW_UNSUPPORTED && strstr(r->reason, "4096"));
+    r = find_row(&rep, "prep-error");
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "prepare: weights file vanished"));
+    r = find_row(&rep, "wrong");
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "verification") &&
+          strstr(r->reason, "error max"));
+    CHECK(r && r->t.count == 0); /* never timed */
+    r = find_row(&rep, "unwritten");
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "NaN"));
+    r = find_row(&rep, "zeros");
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "all zeros"));
+    r = find_row(&rep, "run-error");
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "illegal memory access"));
+    /* the table shows every reason */
+    FILE *f = tmpfile();
+    char buf[8192];
+    fp4_report_print_table(f, &rep);
+    rewind(f);
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+    CHECK(strstr(buf, "no such hardware") && strstr(buf, "weights file vanished") &&
+          strstr(buf, "all zeros"));
+    fp4_report_free(&rep);
+    fp4_engine_destroy(e);
+}
+
+/* Bad shapes never reach a backend. */
+static void test_bad_case(void)
+{
+    fp4_settings set;
+    fp4_report rep;
+    fp4_engine *e;
+    fp4_err err;
+    const fp4_backend_ops *list[1] = {fp4_backend_find("cpu-ref")};
+    fp4_case c = {{16, 64, 40}, "bad"};
+    fp4_settings_default(&set);
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 1, &rep, NULL, NULL, &err) == FP4_ERR_SHAPE);
+    CHECK(strstr(err.msg, "multiple of 16") != NULL);
+    CHECK(rep.nrows == 0);
+    fp4_report_free(&rep);
+    fp4_engine_destroy(e);
+}
+
+static void test_compare_outputs(void)
+{
+    float r[4] = {1, -2, 3, 4}, d[4] = {1, -2, 3, 4};
+    fp4_verdict v;
+    fp4_compare_outputs(d, r, 4, 1e-2, 5e-3, &v);
+    CHECK(v.pass && v.err_max == 0 && v.err_norm == 0);
+    d[3] = 4.1f;
+    fp4_compare_outputs(d, r, 4, 1e-2, 5e-3, &v);
+    CHECK(!v.pass && fabs(v.err_max - 0.025) < 1e-6);
+    d[3] = NAN;
+    fp4_compare_outputs(d, r, 4, 1, 1, &v);
+    CHECK(!v.pass && v.nonfinite == 1);
+    memset(d, 0, sizeof d);
+    fp4_compare_outputs(d, r, 4, 100, 100, &v);
+    CHECK(!v.pass && v.all_zero);
+}
+
+/* Plugins: a good one loads and runs; wrong version and missing symbol are
+ * refused with a message. The plugin objects are built by tests/CMakeLists. */
+static void test_plugins(const char *dir)
+{
+    char path[1024];
+    const fp4_backend_ops *ops;
+    void *h;
+    fp4_err err;
+    snprintf(path, sizeof path, "%s/libfp4_plugin_good.so", dir);
+    CHECK_MSG(fp4_backend_load(path, &ops, &h, &err) == FP4_OK, "%s", err.msg);
+    if (h) {
+        CHECK(strcmp(ops->name, "plugin-good") == 0);
+        void *inst;
+        CHECK(ops->open(&inst, &err) == FP4_OK);
+        ops->close(inst);
+        fp4_backend_unload(h);
+    }
+    snprintf(path, sizeof path, "%s/libfp4_plugin_oldabi.so", dir);
+    CHECK(fp4_backend_load(path, &ops, &h, &err) == FP4_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "API version 0") != NULL);
+    snprintf(path, sizeof path, "%s/libfp4_plugin_nosym.so", dir);
+    CHECK(fp4_backend_load(path, &ops, &h, &err) == FP4_ERR_FORMAT);
+    CHECK(strstr(err.msg, "fp4_backend_entry") != NULL);
+    CHECK(fp4_backend_load("/nonexistent/x.so", &ops, &h, &err) == FP4_ERR_IO);
+}
+
+int main(int argc, char **argv)
+{
+    test_compare_outputs();
+    test_bad_case();
+    test_fake_backends();
+    test_plugins(argc > 1 ? argv[1] : ".");
+    return check_finish("test_engine");
+}
