@@ -27,6 +27,7 @@
 #define MAX_OPEN 64
 #define MAX_COPIES 256
 #define MIN_BATCH 64             /* calls per graph replay, at least */
+#define MAX_SAMPLE_US 20000.0    /* ...unless a replay would last longer than this */
 #define SPOT_CHECKS 64          /* elements of a reference row checked naively */
 
 typedef struct open_backend {
@@ -381,6 +382,10 @@ static fp4_status plan_batch(fp4_engine *e, slot *s, fp4_err *err)
      * cuBLAS row by 3.8% between two runs (the replay's start-up cost is
      * shared by fewer calls). At least MIN_BATCH calls amortise it. */
     int reps = (MIN_BATCH + s->row.copies - 1) / s->row.copies;
+    /* ...except for slow calls, where a replay's start-up cost is noise
+     * anyway: keep a sample under MAX_SAMPLE_US so the time limit still
+     * allows enough samples */
+    while (reps > 1 && us * s->row.copies * reps > MAX_SAMPLE_US) reps--;
     if (reps < 1) reps = 1;
     s->row.batch = reps * s->row.copies;
     if (e->set.use_graphs) {
