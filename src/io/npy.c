@@ -9,6 +9,7 @@
  * overflow-checked, and the data size must match the file exactly, so a
  * truncated or corrupted file gives FP4_ERR_FORMAT, never a crash. */
 #include "fp4/io.h"
+#include "io/file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -86,44 +87,6 @@ const fp4_tensor *fp4_tensor_find(const fp4_tensor *tensors, int count, const ch
     for (int i = 0; i < count; i++)
         if (strncmp(tensors[i].name, name, FP4_TENSOR_NAME_LEN) == 0) return &tensors[i];
     return NULL;
-}
-
-/* ---- file helpers ---------------------------------------------------------- */
-
-/* Open path for reading and get its size; the file must be a regular file.
- * On failure *fp is NULL and err says why (FP4_ERR_IO). */
-static fp4_status open_sized(const char *path, FILE **fp, long long *size, fp4_err *err)
-{
-    struct stat st;
-    FILE *f = fopen(path, "rb");
-    *fp = NULL;
-    if (!f) return fp4_fail(err, FP4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0) {
-        int e = errno;
-        fclose(f);
-        return fp4_fail(err, FP4_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(f);
-        return fp4_fail(err, FP4_ERR_IO, "%s: not a regular file", path);
-    }
-    *fp = f;
-    *size = (long long)st.st_size;
-    return FP4_OK;
-}
-
-/* Read exactly n bytes; the caller has checked that the file holds them, so a
- * short read is an I/O error (or the file shrank under us). */
-static fp4_status read_exact(FILE *f, void *buf, size_t n, const char *path, fp4_err *err)
-{
-    if (n == 0) return FP4_OK;
-    if (fread(buf, 1, n, f) != n) {
-        if (ferror(f))
-            return fp4_fail(err, FP4_ERR_IO, "%s: read error: %s", path, strerror(errno));
-        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: the file ended while reading %zu bytes",
-                        path, n);
-    }
-    return FP4_OK;
 }
 
 /* ---- the header dict --------------------------------------------------------- */
@@ -380,7 +343,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
     memset(&t, 0, sizeof t);
     if (out) memset(out, 0, sizeof *out);
     if (!out || !path) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_read: NULL argument");
-    st = open_sized(path, &f, &fsize, err);
+    st = fp4_io_open_sized(path, &f, &fsize, err);
     if (st) goto out;
 
     if (fsize < 10) {
@@ -388,7 +351,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
                       path, fsize);
         goto out;
     }
-    st = read_exact(f, pre, 10, path, err);
+    st = fp4_io_read_exact(f, pre, 10, path, err);
     if (st) goto out;
     if (memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
@@ -403,7 +366,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
                           path, fsize, pre[6]);
             goto out;
         }
-        st = read_exact(f, pre + 10, 2, path, err);
+        st = fp4_io_read_exact(f, pre + 10, 2, path, err);
         if (st) goto out;
         pre_len = 12;
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
@@ -428,7 +391,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
         st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, hlen);
         goto out;
     }
-    st = read_exact(f, hdr, hlen, path, err);
+    st = fp4_io_read_exact(f, hdr, hlen, path, err);
     if (st) goto out;
     hdr[hlen] = '\0';
     if (memchr(hdr, '\0', hlen)) {
@@ -495,7 +458,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
         goto out;
     }
     t.nbytes = nbytes;
-    st = read_exact(f, t.data, nbytes, path, err);
+    st = fp4_io_read_exact(f, t.data, nbytes, path, err);
     if (st) goto out;
 
     *out = t;

@@ -8,6 +8,7 @@
  * to cover the data section exactly, without gaps or overlaps, so truncated
  * and corrupted files are caught (FP4_ERR_FORMAT). */
 #include "fp4/io.h"
+#include "io/file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -26,43 +27,6 @@
 #define ST_HEADER_CAP 100000000ull   /* the reference implementation's limit */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: integers exact in a JSON double */
 #define ST_ALIGN 8
-
-/* ---- file helpers ---------------------------------------------------------- */
-
-/* Open path for reading and get its size; the file must be a regular file.
- * On failure *fp is NULL and err says why (FP4_ERR_IO). */
-static fp4_status open_sized(const char *path, FILE **fp, long long *size, fp4_err *err)
-{
-    struct stat st;
-    FILE *f = fopen(path, "rb");
-    *fp = NULL;
-    if (!f) return fp4_fail(err, FP4_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fileno(f), &st) != 0) {
-        int e = errno;
-        fclose(f);
-        return fp4_fail(err, FP4_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(f);
-        return fp4_fail(err, FP4_ERR_IO, "%s: not a regular file", path);
-    }
-    *fp = f;
-    *size = (long long)st.st_size;
-    return FP4_OK;
-}
-
-/* Read exactly n bytes at the current position (sizes were checked first). */
-static fp4_status read_exact(FILE *f, void *buf, size_t n, const char *path, fp4_err *err)
-{
-    if (n == 0) return FP4_OK;
-    if (fread(buf, 1, n, f) != n) {
-        if (ferror(f))
-            return fp4_fail(err, FP4_ERR_IO, "%s: read error: %s", path, strerror(errno));
-        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: the file ended while reading %zu bytes",
-                        path, n);
-    }
-    return FP4_OK;
-}
 
 /* ---- header parsing ---------------------------------------------------------- */
 
@@ -204,14 +168,14 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
     *out = NULL;
     *count = 0;
-    st = open_sized(path, &f, &fsize, err);
+    st = fp4_io_open_sized(path, &f, &fsize, err);
     if (st) goto out;
     if (fsize < 8) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, less than the 8-byte header length",
                       path, fsize);
         goto out;
     }
-    st = read_exact(f, lenbuf, 8, path, err);
+    st = fp4_io_read_exact(f, lenbuf, 8, path, err);
     if (st) goto out;
     for (i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
     if (hlen > ST_HEADER_CAP) {
@@ -230,7 +194,7 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
         st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %llu-byte header", path, hlen);
         goto out;
     }
-    st = read_exact(f, hdr, (size_t)hlen, path, err);
+    st = fp4_io_read_exact(f, hdr, (size_t)hlen, path, err);
     if (st) goto out;
     hdr[hlen] = '\0';
 
@@ -320,7 +284,7 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
                           t->name, t->nbytes);
             goto out;
         }
-        st = read_exact(f, t->data, t->nbytes, path, err);
+        st = fp4_io_read_exact(f, t->data, t->nbytes, path, err);
         if (st) goto out;
     }
     *out = ts;
