@@ -50,11 +50,16 @@ fi
 [ "$mode" = check ] && exit 0
 
 echo "== benchmarks"
-$B run --preset seed --json "$OUT/seed-cold-1.json" --samples --launch --quiet | tee "$OUT/seed-table.txt"
-$B run --preset seed --json "$OUT/seed-cold-2.json" --quiet --no-ceilings | tail -n 14
-$B run --preset seed --hot --json "$OUT/seed-hot.json" --quiet --no-ceilings | tail -n 14
-$B run --preset targets --json "$OUT/targets.json" --quiet --max-time 5 | tail -n 50
-$B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 3 --no-ceilings | tail -n 60
+# the seed suite twice (run-to-run reproducibility), with every sample and the
+# plain-launch figure, then hot L2, the issue-4 targets, the M sweep and the models
+$B run --preset seed --json "$OUT/seed-cold-1.json" --samples --launch --quiet
+$B run --preset seed --json "$OUT/seed-cold-2.json" --quiet | tail -n 4
 $B compare "$OUT/seed-cold-1.json" "$OUT/seed-cold-2.json" --threshold 0.02
+$B run --preset seed --hot --json "$OUT/seed-hot.json" --quiet --no-ceilings | tail -n 4
+$B run --preset targets --json "$OUT/targets.json" --quiet --max-time 5
+$B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 3 --no-ceilings \
+   --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 70
+$B run --preset models --json "$OUT/models.json" --quiet --max-time 3 --no-ceilings \
+   --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 4
 python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192
 echo "== done $(( $(date +%s) - t0 )) s"

@@ -35,6 +35,8 @@ static const fp4_sm90_variant sm90_variants[] = {
      "small M: swap AB, pre-shuffled weights streamed once, split K + last-block reduce"},
     {FP4_SM90_V2_PREFILL, "v2-prefill",
      "large M: 128x128x64 mma.sync tiles, 4-stage cp.async, dequant smem->fragments"},
+    {FP4_SM90_V3_DECODE, "v3-decode",
+     "small M: v1 layout, loads first, register pipeline, split K reduced in a cluster (DSMEM)"},
 };
 
 extern "C" int fp4_sm90_variant_count(void)
@@ -61,6 +63,8 @@ extern "C" int fp4_sm90_variant_parse(const char *s)
     if (!strcmp(s, "decode") || !strcmp(s, "v1-decode") || !strcmp(s, "1")) return FP4_SM90_V1_DECODE;
     if (!strcmp(s, "prefill") || !strcmp(s, "v2-prefill") || !strcmp(s, "2"))
         return FP4_SM90_V2_PREFILL;
+    if (!strcmp(s, "decode3") || !strcmp(s, "v3-decode") || !strcmp(s, "3"))
+        return FP4_SM90_V3_DECODE;
     return -1;
 }
 
@@ -95,22 +99,29 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    (void)k;
-    if (m <= 256) return FP4_SM90_V1_DECODE;
+    const int dec = fp4_sm90_decode3_fits(m, n, k, num_sms) ? FP4_SM90_V3_DECODE
+                                                             : FP4_SM90_V1_DECODE;
+    if (m <= 256) return dec;
     if (((m + 127) / 128) * ((n + 127) / 128) < (int64_t)(num_sms > 0 ? num_sms : 132))
-        return FP4_SM90_V1_DECODE;
+        return dec;
     return FP4_SM90_V2_PREFILL;
+}
+
+/* v3-decode streams v1-decode's packed B. */
+static int sm90_packing(int variant)
+{
+    return variant == FP4_SM90_V3_DECODE ? FP4_SM90_V1_DECODE : variant;
 }
 
 extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
 {
-    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_codes_size(n, k)
+    return sm90_packing(variant) == FP4_SM90_V1_DECODE ? fp4_sm90_decode_codes_size(n, k)
                                          : fp4_sm90_prefill_codes_size(n, k);
 }
 
 extern "C" size_t fp4_sm90_packed_b_scales_size(int variant, int64_t n, int64_t k)
 {
-    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_scales_size(n, k)
+    return sm90_packing(variant) == FP4_SM90_V1_DECODE ? fp4_sm90_decode_scales_size(n, k)
                                          : fp4_sm90_prefill_scales_size(n, k);
 }
 
@@ -121,7 +132,7 @@ extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t 
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: NULL argument");
     fp4_status st = fp4_check_dims(b->rows, b->cols, err);
     if (st != FP4_OK) return st;
-    if (variant == FP4_SM90_V1_DECODE) fp4_sm90_decode_pack_b(b, codes, scales);
+    if (sm90_packing(variant) == FP4_SM90_V1_DECODE) fp4_sm90_decode_pack_b(b, codes, scales);
     else if (variant == FP4_SM90_V2_PREFILL) fp4_sm90_prefill_pack_b(b, codes, scales);
     else return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown variant %d", variant);
     return FP4_OK;
@@ -137,13 +148,15 @@ extern "C" fp4_status fp4_sm90_init(fp4_err *err)
 {
     fp4_status st = fp4_sm90_decode_init(err);
     if (st != FP4_OK) return st;
+    if ((st = fp4_sm90_decode3_init(err)) != FP4_OK) return st;
     return fp4_sm90_prefill_init(err);
 }
 
 extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
 {
     if (!a) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: NULL arguments");
-    if (a->variant != FP4_SM90_V1_DECODE && a->variant != FP4_SM90_V2_PREFILL)
+    if (a->variant != FP4_SM90_V1_DECODE && a->variant != FP4_SM90_V2_PREFILL &&
+        a->variant != FP4_SM90_V3_DECODE)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: unknown variant %d", a->variant);
     if (a->m < 1 || a->n < 1 || a->k < 16 || a->k % 16)
         return fp4_fail(err, FP4_ERR_SHAPE, "fp4-sm90: shape %lldx%lldx%lld (want >= 1, K %% 16 == 0)",
@@ -159,7 +172,7 @@ extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90: misaligned operand (A codes, scales and B must be 16-byte, "
                         "D 8-byte, the workspace 16-byte aligned)");
-    if (a->variant == FP4_SM90_V1_DECODE && a->splits < 0)
+    if ((a->variant == FP4_SM90_V1_DECODE || a->variant == FP4_SM90_V3_DECODE) && a->splits < 0)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: splits = %d", a->splits);
     if (a->variant == FP4_SM90_V1_DECODE &&
         (!a->workspace || a->workspace_bytes < fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k)))
@@ -172,6 +185,7 @@ extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t st
 {
     fp4_status st = fp4_sm90_check(a, err);
     if (st != FP4_OK) return st;
+    if (a->variant == FP4_SM90_V3_DECODE) return fp4_sm90_decode3_launch(a, stream, err);
     return a->variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_launch(a, stream, err)
                                             : fp4_sm90_prefill_launch(a, stream, err);
 }
@@ -186,7 +200,7 @@ typedef struct sm90_copy {
     uint8_t *a_codes, *a_sf; /* [m, k/2], swizzled */
     uint8_t *b_codes, *b_sf; /* packed for the plan's variant */
     uint16_t *d;             /* [m, n] bf16 */
-    void *ws;                /* decode workspace (zeroed), NULL for prefill */
+    void *ws;                /* v1-decode workspace (zeroed), NULL otherwise */
 } sm90_copy;
 
 typedef struct sm90_plan {
@@ -272,6 +286,11 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
 
     const fp4_shape *s = &pr->shape;
     const int variant = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
+    if (variant == FP4_SM90_V3_DECODE && !fp4_sm90_decode3_fits(s->m, s->n, s->k, inst->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v3-decode: K = %lld too deep for its shared-memory token slice "
+                        "at M = %lld (8 splits at most); use v1-decode",
+                        (long long)s->k, (long long)s->m);
     const size_t a_codes = (size_t)s->m * (size_t)(s->k / 2);
     const size_t a_sf = fp4_swizzled_size(s->m, s->k);
     const size_t b_codes = fp4_sm90_packed_b_codes_size(variant, s->n, s->k);

@@ -24,12 +24,16 @@
  *                   16-byte load feeds a lane's MMA fragments; split K across
  *                   blocks, reduced with fp32 vector atomics in a workspace and
  *                   a "last block writes D" counter (no second launch).
+ *   3 "v3-decode"   small M, v1's data layout (same packed B) with loads
+ *                   issued first, a rolling register pipeline, cheap token
+ *                   conversion and split K reduced inside a thread-block
+ *                   cluster through distributed shared memory (no workspace).
  *   2 "v2-prefill"  large M: 128x128x64 tiles, 8 warps (64x32 each), 4-stage
  *                   cp.async pipeline of packed codes + scales, dequantized
  *                   from shared memory straight into MMA fragments.
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * fp4_sm90_set_forced() or the environment variable
- * FP4_SM90_KERNEL=decode|prefill|v1-decode|v2-prefill|1|2.
+ * FP4_SM90_KERNEL=decode|prefill|v1-decode|v2-prefill|v3-decode|decode3|1|2|3.
  */
 #ifndef FP4_SM90_H
 #define FP4_SM90_H
@@ -50,7 +54,8 @@ extern "C" {
 enum {
     FP4_SM90_AUTO = 0,    /* let fp4_sm90_choose decide */
     FP4_SM90_V1_DECODE = 1,
-    FP4_SM90_V2_PREFILL = 2
+    FP4_SM90_V2_PREFILL = 2,
+    FP4_SM90_V3_DECODE = 3
 };
 
 typedef struct fp4_sm90_variant {
@@ -64,7 +69,8 @@ int fp4_sm90_variant_count(void);
 const fp4_sm90_variant *fp4_sm90_variant_at(int i);
 /* The variant with this id, NULL if none. */
 const fp4_sm90_variant *fp4_sm90_variant_by_id(int id);
-/* Parse "decode", "prefill", "v1-decode", "v2-prefill", "1", "2", "auto" into
+/* Parse "decode", "prefill", "v1-decode", "v2-prefill", "v3-decode", "decode3",
+ * "1", "2", "3", "auto" into
  * an id (FP4_SM90_AUTO for "auto"); -1 if not recognised. */
 int fp4_sm90_variant_parse(const char *s);
 
@@ -79,7 +85,8 @@ int fp4_sm90_forced(void);
 /* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
  * honouring the forced variant. The rule (see the definition for the reasons):
  *   decode  if m <= 256, or if 128x128 prefill tiles would not fill the GPU
- *           (ceil(m/128) * ceil(n/128) < num_sms);
+ *           (ceil(m/128) * ceil(n/128) < num_sms): v3-decode where it fits
+ *           (fp4_sm90_decode3_fits), else v1-decode;
  *   prefill otherwise. */
 int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms);
 
@@ -102,7 +109,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 /* ---- launch -------------------------------------------------------------------- */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* FP4_SM90_V1_DECODE or FP4_SM90_V2_PREFILL (not AUTO) */
+    int variant;            /* FP4_SM90_V1_DECODE, _V2_PREFILL or _V3_DECODE (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -137,6 +144,11 @@ fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stre
 fp4_status fp4_sm90_prefill_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                    fp4_err *err);
 fp4_status fp4_sm90_decode_init(fp4_err *err);
+fp4_status fp4_sm90_decode3_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                   fp4_err *err);
+fp4_status fp4_sm90_decode3_init(fp4_err *err);
+/* 1 when v3-decode can run (m, n, k) (its token slice fits shared memory). */
+int fp4_sm90_decode3_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill_init(fp4_err *err);
 /* Host packers of the two families (fp4_sm90_pack_b dispatches to them). */
 void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
