@@ -53,7 +53,7 @@ echo "== benchmarks"
 # the seed suite twice (run-to-run reproducibility), with every sample and the
 # plain-launch figure, then hot L2, the issue-4 targets, the M sweep and the models
 $B run --preset seed --json "$OUT/seed-cold-1.json" --samples --launch --quiet
-$B run --preset seed --json "$OUT/seed-cold-2.json" --quiet | tail -n 4
+$B run --preset seed --json "$OUT/seed-cold-2.json" --samples --launch --quiet | tail -n 4
 $B compare "$OUT/seed-cold-1.json" "$OUT/seed-cold-2.json" --threshold 0.02
 $B run --preset seed --hot --json "$OUT/seed-hot.json" --quiet --no-ceilings | tail -n 4
 $B run --preset targets --json "$OUT/targets.json" --quiet --max-time 5
