@@ -4,7 +4,8 @@
  *    fp4_quantize_bf16 + fp4_swizzle_scales: codes, swizzled scales with
  *    zeroed padding, global scale; given and computed encode scales; rows not
  *    a multiple of 128, K/16 not a multiple of 4; a matrix of exact E2M1 ties.
- * 2. GEMM through the backend interface, each kernel variant forced, against
+ * 2. GEMM through the backend interface, each kernel variant forced (v3-decode
+ *    also with forced splits and each block shape), against
  *    fp4_gemm_reference on gaussian data quantized by fp4_quantize_f32: output
  *    poisoned first, no NaN left, max|D-R|/max|R| <= 1e-2, ||D-R||/||R|| <= 5e-3,
  *    every copy, and a second run of a copy (the decode workspace must come
@@ -300,8 +301,8 @@ int main(void)
         {129, 8, 2880},  {256, 200, 16},  {16, 1, 16},      {64, 2048, 48}, {1, 8, 6144},
         {256, 768, 2880}, {3, 1, 48},
     };
-    const int variants[2] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL};
-    for (int v = 0; v < 2; v++)
+    const int variants[3] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE};
+    for (int v = 0; v < 3; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
     /* decode with forced split counts, and a multi-chunk M (3 token chunks) */
@@ -311,6 +312,28 @@ int main(void)
     test_gemm(ops, inst, FP4_SM90_V1_DECODE, 16, 768, 2880);
     unsetenv("FP4_SM90_SPLITK");
     test_gemm(ops, inst, FP4_SM90_V1_DECODE, 150, 2048, 6144);
+    /* v3-decode: forced splits (1, 3, the cluster maximum 8, and more than 8,
+     * which is clamped), each block shape (FP4_SM90_V3_RP), the target shapes,
+     * several token chunks, N not a multiple of the row block */
+    static const char *v3_splits[] = {"1", "3", "8", "45"};
+    for (int i = 0; i < 4; i++) {
+        setenv("FP4_SM90_SPLITK", v3_splits[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 16, 768, 2880);
+    }
+    unsetenv("FP4_SM90_SPLITK");
+    static const char *v3_rps[] = {"1", "2", "4"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_V3_RP", v3_rps[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 17, 200, 2880);
+        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 64, 2048, 6144);
+        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 129, 8, 48);
+    }
+    unsetenv("FP4_SM90_V3_RP");
+    static const int64_t v3_shapes[][3] = {
+        {64, 2048, 6144}, {256, 2048, 6144}, {16, 768, 6144}, {150, 2048, 6144}, {16, 8192, 8192},
+    };
+    for (size_t i = 0; i < sizeof v3_shapes / sizeof v3_shapes[0]; i++)
+        test_gemm(ops, inst, FP4_SM90_V3_DECODE, v3_shapes[i][0], v3_shapes[i][1], v3_shapes[i][2]);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

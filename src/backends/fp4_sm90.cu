@@ -85,7 +85,7 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (setter, then FP4_SM90_KERNEL);
- * 2. m <= 256: decode. Its cost is the weight stream (once per 64 tokens,
+ * 2. m <= 256: decode (v3 or v1, see below). Its cost is the weight stream (once per 64 tokens,
  *    from L2 after the first chunk) plus the MMAs; it fills the GPU at any N
  *    through split K. Prefill has no split K: at m <= 256 it has at most
  *    2 * N/128 blocks (32 at N = 2048) for 132 SMs, several times slower.
@@ -99,8 +99,12 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    const int dec = fp4_sm90_decode3_fits(m, n, k, num_sms) ? FP4_SM90_V3_DECODE
-                                                             : FP4_SM90_V1_DECODE;
+    /* v3-decode where its first version already beat v1 on the H200
+     * (docs/PERF-sm90-notes.md): M > 32 at N >= 2048, or >= 16 MB of weights;
+     * v1 elsewhere until v3's current version has been measured. */
+    const int v3_wins = (m > 32 && n >= 2048) || n * k >= ((int64_t)32 << 20);
+    const int dec = v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms) ? FP4_SM90_V3_DECODE
+                                                                       : FP4_SM90_V1_DECODE;
     if (m <= 256) return dec;
     if (((m + 127) / 128) * ((n + 127) / 128) < (int64_t)(num_sms > 0 ? num_sms : 132))
         return dec;

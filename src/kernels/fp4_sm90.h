@@ -85,8 +85,9 @@ int fp4_sm90_forced(void);
 /* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
  * honouring the forced variant. The rule (see the definition for the reasons):
  *   decode  if m <= 256, or if 128x128 prefill tiles would not fill the GPU
- *           (ceil(m/128) * ceil(n/128) < num_sms): v3-decode where it fits
- *           (fp4_sm90_decode3_fits), else v1-decode;
+ *           (ceil(m/128) * ceil(n/128) < num_sms): v3-decode where it was
+ *           measured faster (m > 32 and n >= 2048, or n * k >= 2^25) and
+ *           fits (fp4_sm90_decode3_fits), else v1-decode;
  *   prefill otherwise. */
 int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms);
 
