@@ -187,7 +187,7 @@ static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64
     pr.alpha = a.global_scale * b.global_scale;
     CHECK(fp4_gemm_reference(&a, &b, pr.alpha, ref, 0, &err) == FP4_OK);
 
-    fp4_sm90_set_forced(variant);
+    setenv("FP4_SM90_KERNEL", v->name, 1); /* read by prepare */
     void *plan = NULL;
     const int copies = 2;
     fp4_status st = ops->prepare(inst, &pr, copies, &plan, &err);
@@ -231,7 +231,7 @@ static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64
         cudaStreamDestroy(s);
         ops->release(plan);
     }
-    fp4_sm90_set_forced(FP4_SM90_AUTO);
+    unsetenv("FP4_SM90_KERNEL");
     fp4_matrix_free(&a);
     fp4_matrix_free(&b);
 out_free:

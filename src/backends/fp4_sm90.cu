@@ -3,7 +3,7 @@
  * variant table, the choice heuristic, argument checks and the dispatch.
  *
  * prepare() packs B once on the host into the layout of the variant chosen for
- * the shape (fp4_sm90_choose: forced by fp4_sm90_set_forced or
+ * the shape (fp4_sm90_choose: forced by
  * FP4_SM90_KERNEL), swizzles A's scales as a quantizer would produce them,
  * and uploads `copies` independent sets (A codes, A swizzled scales, packed B,
  * D, decode workspace). run() is one kernel launch: asynchronous, no
@@ -68,24 +68,16 @@ extern "C" int fp4_sm90_variant_parse(const char *s)
     return -1;
 }
 
-static int sm90_forced_by_setter = -1; /* -1: not set */
-
-extern "C" void fp4_sm90_set_forced(int id)
-{
-    sm90_forced_by_setter = fp4_sm90_variant_by_id(id) ? id : FP4_SM90_AUTO;
-}
-
 extern "C" int fp4_sm90_forced(void)
 {
-    if (sm90_forced_by_setter > 0) return sm90_forced_by_setter;
-    if (sm90_forced_by_setter == FP4_SM90_AUTO) return FP4_SM90_AUTO;
     const int v = fp4_sm90_variant_parse(getenv("FP4_SM90_KERNEL"));
     return v > 0 ? v : FP4_SM90_AUTO;
 }
 
 /* The rule, in order:
- * 1. a forced variant wins (setter, then FP4_SM90_KERNEL);
- * 2. m <= 256: decode (v3 or v1, see below). Its cost is the weight stream (once per 64 tokens,
+ * 1. a forced variant wins (FP4_SM90_KERNEL);
+ * 2. small m (the measured thresholds are in the function): decode, v3 or
+ *    v1. Its cost is the weight stream (once per 64 tokens,
  *    from L2 after the first chunk) plus the MMAs; it fills the GPU at any N
  *    through split K. Prefill has no split K: at m <= 256 it has at most
  *    2 * N/128 blocks (32 at N = 2048) for 132 SMs, several times slower.
@@ -93,21 +85,24 @@ extern "C" int fp4_sm90_forced(void)
  *    reason;
  * 4. otherwise prefill: decode re-streams the weights and re-dequantizes them
  *    for every 64-token chunk.
- * The crossover (256, one wave) is a reasoned guess, not a measurement: sweep
- * m = 64..1024 with both variants forced and move it. */
+ * The crossover was placed from the H200 measurements quoted below; the
+ * sweep-m preset with FP4_SM90_KERNEL forcing each variant moves it. */
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    /* v3-decode where its first version already beat v1 on the H200
-     * (docs/PERF-sm90-notes.md): M > 32 at N >= 2048, or >= 16 MB of weights;
-     * v1 elsewhere until v3's current version has been measured. */
-    const int v3_wins = (m > 32 && n >= 2048) || n * k >= ((int64_t)32 << 20);
-    const int dec = v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms) ? FP4_SM90_V3_DECODE
-                                                                       : FP4_SM90_V1_DECODE;
-    if (m <= 256) return dec;
-    if (((m + 127) / 128) * ((n + 127) / 128) < (int64_t)(num_sms > 0 ? num_sms : 132))
-        return dec;
+    /* The chain, from the H200 measurements of commit 2ae9408 (docs/PERF.md):
+     * - M >= 512: v2-prefill. Its one wave of 128x128 tiles takes about
+     *   128 us at K=6144 whatever the tile count, while decode grows with M
+     *   (v1 221 us at 512, 430 us at 1024).
+     * - 32 < M < 512, or >= 32 MB of weights (16x28672x4096: 48.8 us against
+     *   v1's 60.4): v3-decode (64x2048x6144 28.3 us against v1's 37.0,
+     *   256x2048x6144 74 against 114, 64x768x6144 14.4 against 19.1).
+     * - else v1-decode (16x2048x6144: 11.1 us against v3's 13.3). */
+    if (m >= 512) return FP4_SM90_V2_PREFILL;
+    const int v3_wins = m > 32 || n * k >= ((int64_t)32 << 20);
+    if (v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
+    if (m <= 256) return FP4_SM90_V1_DECODE;
     return FP4_SM90_V2_PREFILL;
 }
 

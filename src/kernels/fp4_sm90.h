@@ -32,7 +32,7 @@
  *                   cp.async pipeline of packed codes + scales, dequantized
  *                   from shared memory straight into MMA fragments.
  * The choice (fp4_sm90_choose) is explicit and can be forced by
- * fp4_sm90_set_forced() or the environment variable
+ * the environment variable
  * FP4_SM90_KERNEL=decode|prefill|v1-decode|v2-prefill|v3-decode|decode3|1|2|3.
  */
 #ifndef FP4_SM90_H
@@ -74,12 +74,9 @@ const fp4_sm90_variant *fp4_sm90_variant_by_id(int id);
  * an id (FP4_SM90_AUTO for "auto"); -1 if not recognised. */
 int fp4_sm90_variant_parse(const char *s);
 
-/* Force a variant for all later fp4_sm90_choose calls (FP4_SM90_AUTO: no
- * forcing). Overrides the environment variable. Not thread-safe (set it
- * before preparing). */
-void fp4_sm90_set_forced(int id);
-/* The forced variant: the setter's value if set, else FP4_SM90_KERNEL from the
- * environment, else FP4_SM90_AUTO. */
+/* The forced variant: FP4_SM90_KERNEL from the environment (read at each
+ * prepare), else FP4_SM90_AUTO. There is no process-wide setter: no global
+ * mutable state. */
 int fp4_sm90_forced(void);
 
 /* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
