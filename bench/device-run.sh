@@ -30,7 +30,7 @@ $B --version
 $B list
 
 echo "== ctest"
-(cd build-dev && ctest --output-on-failure -j 4 --timeout 300) >/tmp/ctest.log 2>&1
+(cd build-dev && ctest --output-on-failure -j 4 --timeout 300 ${FP4_CTEST_ARGS:-}) >/tmp/ctest.log 2>&1
 grep -E "tests passed|Failed|Skipped|\*\*\*" /tmp/ctest.log | head -30
 grep -B2 -A30 "FAILED\|CHECK failed" /tmp/ctest.log | head -80
 
