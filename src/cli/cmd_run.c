@@ -7,6 +7,7 @@
 
 #include "bench/device.h"
 #include "cli/cli.h"
+#include "fp4_version.h"
 #include "fp4/backend.h"
 #include "fp4/engine.h"
 #include "fp4/shapes.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "fp4_version.h"
 
 static const char usage[] =
     "fp4bench " FP4_VERSION " (" FP4_GIT_COMMIT "): which NVFP4 GEMM kernel is fastest, how close to\n"
