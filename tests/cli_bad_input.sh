@@ -15,6 +15,7 @@ expect 2 "--shape: '16xabcx64' is not MxNxK" -- "$FP4" run --shape 16xabcx64
 expect 2 "--shape: trailing comma" -- "$FP4" run --shape 16x64x64,
 expect 2 "--shape: .*overflow" -- "$FP4" run --shape 4611686018427387904x16x16
 expect 2 "--shape: .*overflow" -- "$FP4" run --shape 3037000500x3037000500x16
+expect 2 "--shape: .*K above 2\^20" -- "$FP4" run --shape 1x1x2097152
 expect 2 "--backend: unknown backend 'nope'" -- "$FP4" run --backend nope
 expect 2 "--preset: unknown preset 'nope'" -- "$FP4" run --preset nope
 expect 2 "--seed: 'abc' is not an integer" -- "$FP4" run --seed abc
@@ -49,7 +50,9 @@ expect 3 "be.npy" -- "$FP4" quantize --in "$TMP/be.npy" --out "$TMP/w.safetensor
 expect 3 "fortran.npy" -- "$FP4" quantize --in "$TMP/fortran.npy" --out "$TMP/w.safetensors"
 "$MKFILE" npy-raw '<i4' 0 4 64 4 "$TMP/int.npy"
 expect 3 "int.npy" -- "$FP4" quantize --in "$TMP/int.npy" --out "$TMP/w.safetensors"
-expect 2 "--encode-scale must be > 0" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/w.safetensors" --encode-scale -1
+expect 2 "--encode-scale must be a positive normal fp32" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/w.safetensors" --encode-scale -1
+expect 2 "--encode-scale must be a positive normal fp32 number \(got 1e39\)" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/w.safetensors" --encode-scale 1e39
+expect 2 "--input-scale must be a positive normal fp32" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/w.safetensors" --input-scale 1e39
 expect 3 "cannot|No such" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/no/dir/w.safetensors"
 
 # gemm / check
@@ -68,6 +71,11 @@ expect 3 "atrunc.safetensors" -- "$FP4" gemm --a "$TMP/atrunc.safetensors" --b "
 expect 3 "acorrupt.safetensors" -- "$FP4" gemm --a "$TMP/acorrupt.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
 "$MKFILE" npy-f32 8 15 1 "$TMP/dwrong.npy"
 expect 3 "dwrong.npy is \[8, 15\], expected \[8, 16\]" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --d "$TMP/dwrong.npy"
+# weight_scale_2 is the last 4 bytes of a checkpoint without input_scale: make it
+# ~1e38 in both operands, so alpha overflows fp32
+"$MKFILE" setbyte "$TMP/a.safetensors" -1 126 "$TMP/ahuge.safetensors"
+"$MKFILE" setbyte "$TMP/b.safetensors" -1 126 "$TMP/bhuge.safetensors"
+expect 3 "not a usable alpha" -- "$FP4" check --a "$TMP/ahuge.safetensors" --b "$TMP/bhuge.safetensors" --d "$TMP/dwrong.npy"
 expect 2 "--d is required" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors"
 
 # compare

@@ -87,7 +87,8 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
 {
     fake_plan *p = p_;
     float last = p->d[p->n - 1];
-    if (p->mode == FAKE_RUN_ERROR && ++p->calls > 2)
+    /* call 1 verifies, 2 estimates the batch, 3 warms up; fail mid-timing */
+    if (p->mode == FAKE_RUN_ERROR && ++p->calls > 8)
         return fp4_fail(err, FP4_ERR_CUDA, "illegal memory access (simulated)");
     fp4_status st = fp4_gemm_reference(&p->a, &p->b, p->alpha, p->d, 1, err);
     if (p->mode == FAKE_WRONG) p->d[p->n / 2] *= 1.1f;
@@ -207,7 +208,8 @@ static void test_fake_backends(void)
     r = find_row(&rep, "zeros");
     CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "all zeros"));
     r = find_row(&rep, "run-error");
-    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "illegal memory access"));
+    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "timing: illegal memory access"));
+    CHECK(r && r->t.count == 0 && r->nsamples == 0 && !r->has_ratio); /* no time for a FAILED row */
     /* the table shows every reason */
     FILE *f = tmpfile();
     char buf[8192];
@@ -256,6 +258,13 @@ static void test_compare_outputs(void)
     memset(d, 0, sizeof d);
     fp4_compare_outputs(d, r, 4, 100, 100, &v);
     CHECK(!v.pass && v.all_zero);
+    /* an overflowing reference gives no verdict, never a pass */
+    float rinf[4] = {1, INFINITY, 3, 4}, d2[4] = {1, 2, 3, 4};
+    fp4_compare_outputs(d2, rinf, 4, 100, 100, &v);
+    CHECK(!v.pass && strstr(v.why, "reference") != NULL);
+    float rnan[4] = {NAN, NAN, NAN, NAN};
+    fp4_compare_outputs(d2, rnan, 4, 100, 100, &v);
+    CHECK(!v.pass);
 }
 
 /* Plugins: a good one loads and runs; wrong version and missing symbol are

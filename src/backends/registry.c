@@ -47,6 +47,11 @@ fp4_status fp4_shape_check(const fp4_shape *s, fp4_err *err)
         return fp4_fail(err, FP4_ERR_SHAPE,
                         "shape %lldx%lldx%lld: K=%lld is not a multiple of 16 (the NVFP4 block)",
                         (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->k);
+    if (s->k > (1 << 20))
+        return fp4_fail(err, FP4_ERR_SHAPE,
+                        "shape %lldx%lldx%lld: K above 2^20, where the exact reference's integer "
+                        "sums could overflow",
+                        (long long)s->m, (long long)s->n, (long long)s->k);
     if ((st = fp4_check_dims(s->m, s->k, err)) != FP4_OK) return st;
     if ((st = fp4_check_dims(s->n, s->k, err)) != FP4_OK) return st;
     size_t out;

@@ -25,7 +25,7 @@
 #endif
 
 #define MAX_OPEN 64
-#define MAX_COPIES 256
+#define MAX_COPIES 1024 /* tiny shapes rotate less than 3x L2: their rows say "warm" */
 #define MIN_BATCH 64             /* calls per graph replay, at least */
 #define MAX_SAMPLE_US 20000.0    /* ...unless a replay would last longer than this */
 #define SPOT_CHECKS 64          /* elements of a reference row checked naively */
@@ -178,9 +178,14 @@ void fp4_compare_outputs(const float *d, const float *r, size_t n, double tol_ma
                          double tol_norm, fp4_verdict *v)
 {
     double max_r = 0, max_diff = 0, sum_r2 = 0, sum_d2 = 0;
+    long long bad_ref = 0;
     memset(v, 0, sizeof *v);
     for (size_t i = 0; i < n; i++) {
         double x = d[i], y = r[i];
+        if (!isfinite(y)) {
+            bad_ref++;
+            continue;
+        }
         if (!isfinite(x)) {
             v->nonfinite++;
             continue;
@@ -196,12 +201,16 @@ void fp4_compare_outputs(const float *d, const float *r, size_t n, double tol_ma
     v->err_max = max_r > 0 ? max_diff / max_r : (max_diff > 0 ? INFINITY : 0);
     v->err_norm = sum_r2 > 0 ? sqrt(sum_d2 / sum_r2) : (sum_d2 > 0 ? INFINITY : 0);
     v->all_zero = (size_t)v->zeros_d == n && (size_t)v->zeros_r != n;
-    if (v->nonfinite)
+    if (bad_ref)
+        snprintf(v->why, sizeof v->why,
+                 "the reference has %lld NaN/Inf of %zu (scales overflow fp32): no verdict possible",
+                 bad_ref, n);
+    else if (v->nonfinite)
         snprintf(v->why, sizeof v->why, "%lld of %zu outputs NaN/Inf (unwritten or overflow)",
                  v->nonfinite, n);
     else if (v->all_zero)
         snprintf(v->why, sizeof v->why, "output is all zeros");
-    else if (v->err_max > tol_max || v->err_norm > tol_norm)
+    else if (!(v->err_max <= tol_max) || !(v->err_norm <= tol_norm)) /* NaN fails too */
         snprintf(v->why, sizeof v->why, "error max %.3g (tol %.3g), norm %.3g (tol %.3g)",
                  v->err_max, tol_max, v->err_norm, tol_norm);
     else {
@@ -240,16 +249,23 @@ static int spot_check_reference(const fp4_gemm_problem *p, const float *d, uint6
 /* The reference output R [m, n] for problem p: cuda-ref when a GPU is
  * present (bit-identical to the CPU reference, tested), else the CPU one. */
 static fp4_status compute_reference(fp4_engine *e, const fp4_gemm_problem *p, float *r,
-                                    char *oracle, size_t oracle_len, fp4_err *err)
+                                    uint64_t seed, char *oracle, size_t oracle_len, fp4_err *err)
 {
 #ifdef FP4_HAVE_CUDA
     const fp4_backend_ops *ops = fp4_backend_find("cuda-ref");
     void *inst, *plan = NULL;
     if (e->dev.present && ops && instance_of(e, ops, &inst, NULL) == FP4_OK &&
         ops->prepare(inst, p, 1, &plan, NULL) == FP4_OK) {
-        fp4_status st = ops->run(plan, 0, e->stream, NULL);
+        char why[96];
+        /* the oracle is checked like any reference row: poisoned first, then
+         * every element finite and 64 elements equal to the naive loop */
+        fp4_status st = ops->poison(plan, 0, e->stream, NULL);
+        if (st == FP4_OK) st = ops->run(plan, 0, e->stream, NULL);
+        if (st == FP4_OK && cudaStreamSynchronize(e->stream) != cudaSuccess) st = FP4_ERR_CUDA;
         if (st == FP4_OK) st = ops->read_output(plan, 0, r, NULL);
         ops->release(plan);
+        if (st == FP4_OK && !spot_check_reference(p, r, seed, why, sizeof why))
+            return fp4_fail(err, FP4_ERR_VERIFY, "the GPU reference cuda-ref is wrong: %s", why);
         if (st == FP4_OK) {
             snprintf(oracle, oracle_len, "cuda-ref");
             return FP4_OK;
@@ -281,13 +297,13 @@ static fp4_status push_sample(double **arr, int *n, int *cap, double v, fp4_err 
 static int copies_for(const fp4_engine *e, double bytes_per_call)
 {
     if (e->set.hot || !e->dev.present || bytes_per_call <= 0) return 1;
-    double want = 3.0 * e->dev.l2_bytes / bytes_per_call;
-    int c = (int)ceil(want);
-    if (c < 1) c = 1;
+    /* in double: a tiny bytes_per_call must not overflow int */
+    double want = ceil(3.0 * e->dev.l2_bytes / bytes_per_call);
     /* copies are also bounded by memory: keep the rotation under 1/4 of it */
-    int mem_cap = (int)(e->dev.mem_bytes / 4 / (bytes_per_call > 1 ? bytes_per_call : 1));
-    if (c > mem_cap) c = mem_cap > 1 ? mem_cap : 1;
-    return c > MAX_COPIES ? MAX_COPIES : c;
+    double mem_cap = floor(e->dev.mem_bytes / 4 / (bytes_per_call > 1 ? bytes_per_call : 1));
+    if (want > mem_cap) want = mem_cap;
+    if (want > MAX_COPIES) want = MAX_COPIES;
+    return want < 1 ? 1 : (int)want;
 }
 
 #ifdef FP4_HAVE_CUDA
@@ -343,7 +359,10 @@ static fp4_status capture_batch(fp4_engine *e, slot *s, fp4_err *err)
         st = fp4_fail(err, FP4_ERR_CUDA, "graph instantiation failed: %s", cudaGetErrorString(ce));
 out:
     if (graph) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
+    /* a failed capture leaves a sticky-free error behind; clear it so the next
+     * backend's calls do not report it (only then: a success must not hide a
+     * backend's asynchronous error from the checks that follow) */
+    if (st != FP4_OK) (void)cudaGetLastError();
     return st;
 }
 
@@ -487,6 +506,12 @@ static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *st
     else
         snprintf(s->row.reason, sizeof s->row.reason, "%s: %s", stage, fp4_err_text(err));
     s->active = 0;
+    /* a FAILED row reports no time: statistics of a backend that broke
+     * mid-measurement would be read as a result */
+    memset(&s->row.t, 0, sizeof s->row.t);
+    memset(&s->row.t_launch, 0, sizeof s->row.t_launch);
+    s->ns = 0;
+    s->nl = 0;
 }
 
 /* Verify one copy of slot s against r (NULL for reference backends). */
@@ -502,6 +527,11 @@ static fp4_status verify_copy(fp4_engine *e, slot *s, const fp4_gemm_problem *p,
     for (size_t i = 0; i < n; i++) d[i] = NAN; /* a backend that reads nothing back fails */
     if ((st = s->ops->poison(s->plan, copy, stream, err)) != FP4_OK) return st;
     if ((st = s->ops->run(s->plan, copy, stream, err)) != FP4_OK) return st;
+#ifdef FP4_HAVE_CUDA
+    /* the stream is non-blocking: a backend that reads back with a plain
+     * cudaMemcpy would not wait for it */
+    if (s->gpu) FP4_CUDA_TRY(err, cudaStreamSynchronize(e->stream));
+#endif
     if ((st = s->ops->read_output(s->plan, copy, d, err)) != FP4_OK) return st;
     if (s->ops->flags & FP4_BACKEND_REFERENCE) {
         char why[96];
@@ -566,6 +596,13 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
             }
             if ((st = push_sample(&s->samples, &s->ns, &s->cap, us, err)) != FP4_OK) return st;
             telemetry_sample(e, s);
+            /* the stats sort every sample: recompute them only on a geometric
+             * schedule so that very fast kernels do not spend their time here */
+            if (s->ns > 32 && s->ns % (s->ns / 16) != 0 &&
+                now_s() - t0 < e->set.stop.max_time_s) {
+                running |= !s->done;
+                continue;
+            }
             fp4_stats_compute(s->samples, s->ns, &s->row.t);
             int timed_out = 0;
             s->done = fp4_should_stop(&e->set.stop, &s->row.t, now_s() - t0, &timed_out);
@@ -581,6 +618,8 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
             break;
         }
     }
+    for (int i = 0; i < ns; i++) /* final statistics over every sample */
+        if (slots[i].active) fp4_stats_compute(slots[i].samples, slots[i].ns, &slots[i].row.t);
 #ifdef FP4_HAVE_CUDA
     /* plain launches, for the launch-inclusive figure */
     if (e->set.measure_launch && e->set.use_graphs) {
@@ -590,7 +629,11 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
                 double us = 0;
                 int cap = s->nl;
                 if (!s->active || !s->gpu) continue;
-                if (time_launches(e, s, s->row.batch, !e->set.hot, &us, &serr) != FP4_OK) continue;
+                fp4_status lst = time_launches(e, s, s->row.batch, !e->set.hot, &us, &serr);
+                if (lst != FP4_OK) {
+                    slot_fail(s, lst, &serr, "launch timing");
+                    continue;
+                }
                 if (push_sample(&s->launch, &s->nl, &cap, us, err) != FP4_OK) return FP4_ERR_NOMEM;
             }
         for (int i = 0; i < ns; i++)
@@ -665,8 +708,13 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
                                            : fp4_gemm_min_bytes(c->shape.m, c->shape.n, c->shape.k);
         s->row.copies = s->gpu ? copies_for(e, bytes) : 1;
         s->row.rotation_bytes = bytes * s->row.copies;
+        /* too small to rotate through 3x L2 within MAX_COPIES: say so */
+        if (s->gpu && !e->set.hot && s->row.rotation_bytes < 3.0 * e->dev.l2_bytes)
+            snprintf(s->row.l2, sizeof s->row.l2, "warm");
         double t0 = now_s();
+        s->plan = NULL;
         st = s->ops->prepare(inst, &p, s->row.copies, &s->plan, &berr);
+        if (st != FP4_OK) s->plan = NULL; /* a failed prepare owns nothing */
 #ifdef FP4_HAVE_CUDA
         if (st == FP4_OK && s->gpu && cudaDeviceSynchronize() != cudaSuccess)
             st = fp4_fail(&berr, FP4_ERR_CUDA, "prepare left a CUDA error: %s",
@@ -674,6 +722,8 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
 #endif
         s->row.prepare_ms = (now_s() - t0) * 1e3;
         if (st != FP4_OK) {
+            /* prepare may have succeeded and the sync after it failed */
+            if (s->plan) s->ops->release(s->plan);
             s->plan = NULL;
             slot_fail(s, st, &berr, "prepare");
             continue;
@@ -688,7 +738,9 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
                 st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the reference");
                 goto out;
             }
-            if ((st = compute_reference(e, &p, r, oracle, sizeof oracle, err)) != FP4_OK) goto out;
+            if ((st = compute_reference(e, &p, r, operand_seed(e->set.seed, &c->shape, 3), oracle,
+                                        sizeof oracle, err)) != FP4_OK)
+                goto out;
         }
         uint64_t spot_seed = operand_seed(e->set.seed, &c->shape, 2);
         st = verify_copy(e, s, &p, 0, r, d, spot_seed, &berr);

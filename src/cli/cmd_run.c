@@ -81,6 +81,17 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
     }
 }
 
+/* Append ops unless a backend of that name is already listed (rows are told
+ * apart by backend name, so two of one name would be ambiguous). */
+static int add_unique(const fp4_backend_ops **list, int *n, const fp4_backend_ops *ops)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(list[i]->name, ops->name) == 0) return list[i] == ops ? 0 : -1;
+    if (*n == MAX_BACKENDS) return -1;
+    list[(*n)++] = ops;
+    return 0;
+}
+
 /* Add the comma-separated backend names to list. */
 static void add_backends(const cli_args *a, const char *names, const fp4_backend_ops **list,
                          int *n)
@@ -89,8 +100,7 @@ static void add_backends(const cli_args *a, const char *names, const fp4_backend
     snprintf(buf, sizeof buf, "%s", names);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (strcmp(t, "all") == 0) {
-            for (int i = 0; i < fp4_backend_count() && *n < MAX_BACKENDS; i++)
-                list[(*n)++] = fp4_backend_at(i);
+            for (int i = 0; i < fp4_backend_count(); i++) add_unique(list, n, fp4_backend_at(i));
             continue;
         }
         const fp4_backend_ops *ops = fp4_backend_find(t);
@@ -102,7 +112,7 @@ static void add_backends(const cli_args *a, const char *names, const fp4_backend
             }
             cli_usage_error(a, "--backend: unknown backend '%s' (known: %s)", t, known);
         }
-        if (*n < MAX_BACKENDS) list[(*n)++] = ops;
+        add_unique(list, n, ops);
     }
 }
 
@@ -151,7 +161,8 @@ int cmd_run(int argc, char **argv, int default_suite)
             if (nplugins == MAX_PLUGINS) cli_usage_error(&a, "--plugin: at most %d plugins", MAX_PLUGINS);
             if (fp4_backend_load(v, &ops, &plugin_handles[nplugins], &err) != FP4_OK) cli_die(a.cmd, &err);
             nplugins++;
-            if (nbackends < MAX_BACKENDS) backends[nbackends++] = ops;
+            if (add_unique(backends, &nbackends, ops) != 0)
+                cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", ops->name);
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);
         } else if (cli_value(&a, "--json", &v)) {
@@ -195,16 +206,15 @@ int cmd_run(int argc, char **argv, int default_suite)
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
         }
     }
-    (void)backend_arg;
     if (cases.count == 0 && fp4_cases_from_preset(&cases, "seed", &err) != FP4_OK) cli_die(a.cmd, &err);
 
     /* the engine looks for the GPU; defaults depend on what it finds */
     fp4_device_info probe;
     fp4_device_describe(&probe);
     if (!probe.present && !max_time_given) set.stop.max_time_s = 3;
-    set.measure_ceilings = !no_ceilings && probe.present;
-    if (nbackends == 0) {
-        for (int i = 0; i < fp4_backend_count(); i++) {
+    set.measure_ceilings = !no_ceilings && probe.present && !set.verify_only;
+    if (!backend_arg) { /* the defaults, beside any --plugin */
+        for (int i = 0; i < fp4_backend_count() && nbackends < MAX_BACKENDS; i++) {
             const fp4_backend_ops *ops = fp4_backend_at(i);
             int gpu = (ops->flags & FP4_BACKEND_GPU) != 0;
             if (probe.present ? gpu : !gpu) backends[nbackends++] = ops;

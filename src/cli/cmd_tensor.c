@@ -1,4 +1,5 @@
 /* fp4bench quantize / gemm / check: real tensors in files. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,17 @@ static const char check_usage[] =
     "Defaults: --tol-max 0.01 --tol-norm 0.005 (a bf16 output with fp32 accumulation).\n"
     "Exit 0 when within tolerance, 1 on mismatch.\n";
 
+/* A flag value that must be a positive, finite fp32 (after the conversion:
+ * 1e39 is a fine double but an infinite float). */
+static float positive_float(const cli_args *a, const char *flag, const char *s)
+{
+    double d = cli_double(a, flag, s);
+    float f = (float)d;
+    if (!(d > 0) || !isfinite(f) || f < FLT_MIN)
+        cli_usage_error(a, "%s must be a positive normal fp32 number (got %s)", flag, s);
+    return f;
+}
+
 int cmd_quantize(int argc, char **argv)
 {
     cli_args a = {argc, argv, 1, "fp4bench quantize"};
@@ -51,11 +63,9 @@ int cmd_quantize(int argc, char **argv)
         } else if (cli_value(&a, "--out", &v)) {
             out = v;
         } else if (cli_value(&a, "--encode-scale", &v)) {
-            encode_scale = (float)cli_double(&a, "--encode-scale", v);
-            if (!(encode_scale > 0)) cli_usage_error(&a, "--encode-scale must be > 0");
+            encode_scale = positive_float(&a, "--encode-scale", v);
         } else if (cli_value(&a, "--input-scale", &v)) {
-            input_scale = (float)cli_double(&a, "--input-scale", v);
-            if (!(input_scale > 0)) cli_usage_error(&a, "--input-scale must be > 0");
+            input_scale = positive_float(&a, "--input-scale", v);
         } else {
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
         }
@@ -101,6 +111,13 @@ static void load_operands(cli_args *a, const char *pa, const char *pb, fp4_matri
     if (!pb) cli_usage_error(a, "--b is required");
     if (fp4_nvfp4_load(pa, ma, &err) != FP4_OK) cli_die(a->cmd, &err);
     if (fp4_nvfp4_load(pb, mb, &err) != FP4_OK) cli_die(a->cmd, &err);
+    float alpha = ma->global_scale * mb->global_scale;
+    if (!isfinite(alpha) || !(alpha > 0)) {
+        fp4_fail(&err, FP4_ERR_FORMAT,
+                 "weight_scale_2 of %s (%g) times that of %s (%g) is %g: not a usable alpha", pa,
+                 ma->global_scale, pb, mb->global_scale, alpha);
+        cli_die(a->cmd, &err);
+    }
     if (ma->cols != mb->cols) {
         fp4_fail(&err, FP4_ERR_SHAPE, "%s has K=%lld but %s has K=%lld", pa, (long long)ma->cols,
                  pb, (long long)mb->cols);
