@@ -54,6 +54,7 @@
 #include "backends/gpu_common.h"
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_device.cuh"
 
 #define DEC_THREADS 256
 #define DEC_ROWS 64   /* weight rows per block */
@@ -62,71 +63,7 @@
 #define DEC_SMEM_MAX (200 * 1024)
 #define DEC_RED_STRIDE 68 /* floats per token row of the reduction buffer (64 + 4) */
 
-/* ---- device helpers ----------------------------------------------------------- */
-
-/* fp16x2 pattern of the two nibbles at bits 4r..4r+3 (low half) and
- * 16+4r..16+4r+3 (high half) of x: the e2m1 value times 2^-14. r is a
- * compile-time constant after unrolling. */
-static __device__ __forceinline__ uint32_t dq_nib2(uint32_t x, int r)
-{
-    uint32_t mag = (r <= 2 ? (x << (9 - 4 * r)) : (x >> (4 * r - 9))) & 0x0E000E00u;
-    uint32_t sgn = (x << (12 - 4 * r)) & 0x80008000u;
-    return mag | sgn;
-}
-
-static __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-/* Two UE4M3 bytes at bits 0..7 and 16..23 of x (after the caller's shift)
- * -> fp16x2 of scale * 2^7 (exact: <= 448 * 128 = 57344). The shifted byte is
- * scale * 2^-8 as an fp16 pattern; times 2^15. */
-static __device__ __forceinline__ uint32_t sf2_to_h2(uint32_t x_shifted_by_7)
-{
-    return hmul2_u32(x_shifted_by_7 & 0x3F803F80u, 0x78007800u);
-}
-
-static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint32_t a1,
-                                                     uint32_t a2, uint32_t a3, uint32_t b0,
-                                                     uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* 16-byte streaming load: read once, keep it out of L1. */
-static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ uint32_t u4_at(const uint4 &v, int j)
-{
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-/* Swizzled scale offset (format.h fp4_swizzle_offset). */
-static __device__ __forceinline__ size_t swz_off(int64_t r, int64_t kb, int64_t kbp)
-{
-    return (size_t)(r >> 7) * (size_t)(kbp >> 2) * 512 + (size_t)(kb >> 2) * 512 +
-           (size_t)(r & 31) * 16 + (size_t)((r >> 5) & 3) * 4 + (size_t)(kb & 3);
-}
+/* ---- device helpers: the shared ones are in fp4_sm90_device.cuh ---------------- */
 
 /* fp16 bits of e2m1(code) * sf, exact (<= 2688, >= 2^-10: normal fp16). */
 static __device__ __forceinline__ uint16_t a_value(uint32_t code, float sf)

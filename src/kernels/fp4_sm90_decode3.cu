@@ -58,67 +58,13 @@
 #include "backends/gpu_common.h"
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_device.cuh"
 
 #define D3_SMEM_MAX (200 * 1024)   /* per-block dynamic smem limit we allow */
 #define D3_TOK_BUDGET (100 * 1024) /* token slice budget: 2 blocks / SM */
 #define D3_MAX_SPLITS 8            /* portable cluster size */
 
-/* ---- device helpers (as in fp4_sm90_decode.cu) ---------------------------------- */
-
-static __device__ __forceinline__ uint32_t d3_nib2(uint32_t x, int r)
-{
-    uint32_t mag = (r <= 2 ? (x << (9 - 4 * r)) : (x >> (4 * r - 9))) & 0x0E000E00u;
-    uint32_t sgn = (x << (12 - 4 * r)) & 0x80008000u;
-    return mag | sgn;
-}
-
-static __device__ __forceinline__ uint32_t d3_hmul2(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-static __device__ __forceinline__ uint32_t d3_sf2_to_h2(uint32_t x_shifted_by_7)
-{
-    return d3_hmul2(x_shifted_by_7 & 0x3F803F80u, 0x78007800u);
-}
-
-static __device__ __forceinline__ void d3_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2,
-                                              uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint4 d3_ldg16(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ uint32_t d3_ldg4(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ uint32_t d3_u4(const uint4 &v, int j)
-{
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-static __device__ __forceinline__ size_t d3_swz(int64_t r, int64_t kb, int64_t kbp)
-{
-    return (size_t)(r >> 7) * (size_t)(kbp >> 2) * 512 + (size_t)(kb >> 2) * 512 +
-           (size_t)(r & 31) * 16 + (size_t)((r >> 5) & 3) * 4 + (size_t)(kb & 3);
-}
+/* ---- device helpers (the shared ones are in fp4_sm90_device.cuh) ---------------- */
 
 static __device__ __forceinline__ void d3_store4(__nv_bfloat16 *d, int m, int n, int N, float4 v,
                                                  float alpha, bool vec)
@@ -210,9 +156,9 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
 #pragma unroll
     for (int u = 0; u < D; u++) {
         if (w0 + u < w1) {
-            c0[u] = d3_ldg16(bq0 + (size_t)(w0 + u) * 32);
-            c1[u] = d3_ldg16(bq1 + (size_t)(w0 + u) * 32);
-            sw[u] = d3_ldg4(bsp + (size_t)(w0 + u) * 32);
+            c0[u] = ldg_stream16(bq0 + (size_t)(w0 + u) * 32);
+            c1[u] = ldg_stream16(bq1 + (size_t)(w0 + u) * 32);
+            sw[u] = ldg_stream4(bsp + (size_t)(w0 + u) * 32);
         } else {
             c0[u] = c1[u] = make_uint4(0, 0, 0, 0);
             sw[u] = 0;
@@ -240,7 +186,7 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
                     if (m < M && kb < KB) {
                         q[u] = __ldg((const uint2 *)(aq + (size_t)m * (size_t)(K / 2) +
                                                      (size_t)kb * 8));
-                        sbv[u] = __ldg(asf + d3_swz(m, kb, Kbp));
+                        sbv[u] = __ldg(asf + swz_off(m, kb, Kbp));
                     }
                 }
             }
@@ -250,21 +196,21 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
                 if (idx < items) {
                     const int r = idx / nkb, b = idx - r * nkb;
                     /* zero codes with a zero scale give +0: padding needs no branch */
-                    const uint32_t sc = d3_sf2_to_h2(((sbv[u] & 0x7Fu) * 0x10001u) << 7);
+                    const uint32_t sc = sf2_to_h2(((sbv[u] & 0x7Fu) * 0x10001u) << 7);
                     uint4 lo, hi;
                     uint32_t y;
                     y = __byte_perm(q[u].x, 0, 0x4140);
-                    lo.x = d3_hmul2(d3_nib2(y, 0), sc);
-                    lo.y = d3_hmul2(d3_nib2(y, 1), sc);
+                    lo.x = hmul2_u32(dq_nib2(y, 0), sc);
+                    lo.y = hmul2_u32(dq_nib2(y, 1), sc);
                     y = __byte_perm(q[u].x, 0, 0x4342);
-                    lo.z = d3_hmul2(d3_nib2(y, 0), sc);
-                    lo.w = d3_hmul2(d3_nib2(y, 1), sc);
+                    lo.z = hmul2_u32(dq_nib2(y, 0), sc);
+                    lo.w = hmul2_u32(dq_nib2(y, 1), sc);
                     y = __byte_perm(q[u].y, 0, 0x4140);
-                    hi.x = d3_hmul2(d3_nib2(y, 0), sc);
-                    hi.y = d3_hmul2(d3_nib2(y, 1), sc);
+                    hi.x = hmul2_u32(dq_nib2(y, 0), sc);
+                    hi.y = hmul2_u32(dq_nib2(y, 1), sc);
                     y = __byte_perm(q[u].y, 0, 0x4342);
-                    hi.z = d3_hmul2(d3_nib2(y, 0), sc);
-                    hi.w = d3_hmul2(d3_nib2(y, 1), sc);
+                    hi.z = hmul2_u32(dq_nib2(y, 0), sc);
+                    hi.w = hmul2_u32(dq_nib2(y, 1), sc);
                     uint4 *dst = (uint4 *)(smem + (size_t)r * stride + (size_t)b * 32);
                     dst[0] = lo;
                     dst[1] = hi;
@@ -288,15 +234,15 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
 #pragma unroll
         for (int u = 0; u < D; u++) {
             if (s + u < w1) {
-                const uint32_t sc0 = d3_sf2_to_h2(sw[u] << 7);
-                const uint32_t sc1 = d3_sf2_to_h2(sw[u] >> 1);
+                const uint32_t sc0 = sf2_to_h2(sw[u] << 7);
+                const uint32_t sc1 = sf2_to_h2(sw[u] >> 1);
                 const int kbl = (s + u - ks0) * 4;
                 const uint4 x0 = c0[u], x1 = c1[u];
                 /* refill the slot before the math: D k-steps stay in flight */
                 if (s + u + D < w1) {
-                    c0[u] = d3_ldg16(bq0 + (size_t)(s + u + D) * 32);
-                    c1[u] = d3_ldg16(bq1 + (size_t)(s + u + D) * 32);
-                    sw[u] = d3_ldg4(bsp + (size_t)(s + u + D) * 32);
+                    c0[u] = ldg_stream16(bq0 + (size_t)(s + u + D) * 32);
+                    c1[u] = ldg_stream16(bq1 + (size_t)(s + u + D) * 32);
+                    sw[u] = ldg_stream4(bsp + (size_t)(s + u + D) * 32);
                 }
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
@@ -314,14 +260,14 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
                                                         g * 4 + 2 * i + (j >> 1));
                         const uint32_t s_lo = __byte_perm(sc, 0, 0x1010);
                         const uint32_t s_hi = __byte_perm(sc, 0, 0x3232);
-                        const uint32_t x = d3_u4(i ? x1 : x0, j);
-                        const uint32_t a0 = d3_hmul2(d3_nib2(x, 0), s_lo);
-                        const uint32_t a1 = d3_hmul2(d3_nib2(x, 1), s_hi);
-                        const uint32_t a2 = d3_hmul2(d3_nib2(x, 2), s_lo);
-                        const uint32_t a3 = d3_hmul2(d3_nib2(x, 3), s_hi);
+                        const uint32_t x = u4_at(i ? x1 : x0, j);
+                        const uint32_t a0 = hmul2_u32(dq_nib2(x, 0), s_lo);
+                        const uint32_t a1 = hmul2_u32(dq_nib2(x, 1), s_hi);
+                        const uint32_t a2 = hmul2_u32(dq_nib2(x, 2), s_lo);
+                        const uint32_t a3 = hmul2_u32(dq_nib2(x, 3), s_hi);
 #pragma unroll
                         for (int n = 0; n < NT; n++)
-                            d3_mma(acc[i][n], a0, a1, a2, a3, b[n][0], b[n][1]);
+                            mma_f16_16816(acc[i][n], a0, a1, a2, a3, b[n][0], b[n][1]);
                     }
                 }
             }

@@ -42,6 +42,7 @@
 #include "backends/gpu_common.h"
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_device.cuh"
 
 #define PF_BM 128
 #define PF_BN 128
@@ -53,39 +54,7 @@
 #define PF_B_BYTES (PF_BN * PF_ROWB)        /* 4096 */
 #define PF_STAGE_BYTES (PF_A_BYTES + PF_B_BYTES + 512 + 512)
 
-/* ---- device helpers (as in fp4_sm90_decode.cu) ------------------------------------ */
-
-/* fp16x2 of the nibbles at bits 4r.. (low) and 16+4r.. (high): e2m1 * 2^-14. */
-static __device__ __forceinline__ uint32_t dq_nib2(uint32_t x, int r)
-{
-    uint32_t mag = (r <= 2 ? (x << (9 - 4 * r)) : (x >> (4 * r - 9))) & 0x0E000E00u;
-    uint32_t sgn = (x << (12 - 4 * r)) & 0x80008000u;
-    return mag | sgn;
-}
-
-static __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-/* UE4M3 bytes at bits 0..7 and 16..23, shifted left by 7 by the caller ->
- * fp16x2 scale * 2^7 (exact). */
-static __device__ __forceinline__ uint32_t sf2_to_h2(uint32_t x_shifted_by_7)
-{
-    return hmul2_u32(x_shifted_by_7 & 0x3F803F80u, 0x78007800u);
-}
-
-static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint32_t a1,
-                                                     uint32_t a2, uint32_t a3, uint32_t b0,
-                                                     uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+/* ---- device helpers (the shared ones are in fp4_sm90_device.cuh) ------------------ */
 
 static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
 {
