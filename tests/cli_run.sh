@@ -24,6 +24,13 @@ expect 0 "plugin-good" -- "$FP4" run --plugin "$TOOLS/libfp4_plugin_good.so" --b
 grep -E "^custom .*plugin-good .*ok" "$TMP/out" >/dev/null || fail "plugin row not verified: $(cat "$TMP/out")"
 checks=$((checks + 1))
 expect 3 "API version 0" -- "$FP4" run --plugin "$TOOLS/libfp4_plugin_oldabi.so" --shape 4x24x32
+# without --backend a plugin joins the default backends instead of replacing them
+if ! "$FP4" list | grep -qE "^(cuda-ref|fp4-sm90) +yes"; then
+    expect 0 "plugin-good" -- "$FP4" run --plugin "$TOOLS/libfp4_plugin_good.so" --shape 4x24x32 --quiet --max-time 0.5
+    grep -qE "^custom .*cpu-ref " "$TMP/out" || fail "--plugin dropped the default cpu-ref: $(cat "$TMP/out")"
+    checks=$((checks + 1))
+fi
+expect 2 "--backend: unknown backend" -- "$FP4" run --backend cpu-ref,cpu-ref,nope --shape 4x24x32
 
 # GPU backends on a machine without a GPU: unsupported rows, not a crash
 if "$FP4" list | grep -q '^cuda-ref'; then
