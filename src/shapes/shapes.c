@@ -1,7 +1,6 @@
 /* Workloads: shape strings, presets (CONTEXT.md sections 1 and 6) and spec files. */
 #include "fp4/shapes.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,14 +203,20 @@ fp4_status fp4_cases_from_preset(fp4_case_list *l, const char *name, fp4_err *er
 fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
 {
     FILE *f = fopen(path, "r");
-    char line[1024];
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
     int lineno = 0, added = 0;
     fp4_status st = FP4_OK;
     if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open spec file %s: %s", path, strerror(errno));
-    while (fgets(line, sizeof line, f)) {
+    while ((len = getline(&line, &cap, f)) != -1) {
         lineno++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: line too long", path, lineno);
+        if ((size_t)len != strlen(line)) { /* a NUL byte: not a text file */
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: NUL byte (not a text file)", path, lineno);
+            goto out;
+        }
+        if (len > 4096) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: line too long (%zd bytes)", path, lineno, len);
             goto out;
         }
         char *hash = strchr(line, '#');
@@ -249,6 +254,7 @@ fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
     }
     if (added == 0) st = fp4_fail(err, FP4_ERR_FORMAT, "%s: no problems in the spec file", path);
 out:
+    free(line);
     fclose(f);
     return st;
 }
