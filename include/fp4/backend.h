@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define FP4_BACKEND_API_VERSION 1
+#define FP4_BACKEND_API_VERSION 2 /* 2: the optional flops slot */
 #define FP4_BACKEND_ENTRY_SYMBOL "fp4_backend_entry"
 
 typedef struct fp4_shape {
@@ -97,6 +97,10 @@ typedef struct fp4_backend_ops {
     /* Optional: the name of the kernel variant the plan will run (e.g.
      * "v1-decode"), for the report. Returns a static string. */
     const char *(*variant)(void *plan);
+    /* Optional: the floating-point operations one call does (NULL: 2*M*N*K).
+     * A backend that times something other than the GEMM (the quantizer row)
+     * says what it does here; 0 means no FLOP ceiling applies. */
+    double (*flops)(const fp4_shape *s);
 } fp4_backend_ops;
 
 typedef const fp4_backend_ops *(*fp4_backend_entry_fn)(void);

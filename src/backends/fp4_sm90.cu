@@ -21,51 +21,106 @@ extern "C" {
 #include "backends/gpu_common.h"
 #include "kernels/fp4_sm90.h"
 
-/* sizes of the two families' packed B and decode workspace (kernel files) */
-extern "C" size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
-extern "C" size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
-extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n);
-extern "C" size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
-extern "C" size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
+/* The kernel families, one file each under src/kernels/: sizes of their packed
+ * B and workspace, their host packer, init and launch. */
+extern "C" {
+size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n);
+size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
+void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode4_init(fp4_err *err);
+fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
+void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill5_init(fp4_err *err);
+fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+}
 
 /* ---- variants, choice ------------------------------------------------------------ */
 
-static const fp4_sm90_variant sm90_variants[] = {
-    {FP4_SM90_V1_DECODE, "v1-decode",
-     "small M: swap AB, pre-shuffled weights streamed once, split K + last-block reduce"},
-    {FP4_SM90_V2_PREFILL, "v2-prefill",
-     "large M: 128x128x64 mma.sync tiles, 4-stage cp.async, dequant smem->fragments"},
-    {FP4_SM90_V3_DECODE, "v3-decode",
-     "small M: v1 layout, loads first, register pipeline, split K reduced in a cluster (DSMEM)"},
+typedef struct sm90_family {
+    fp4_sm90_variant v;
+    const char *alias; /* second accepted name for FP4_SM90_KERNEL */
+    size_t (*codes_size)(int64_t n, int64_t k);
+    size_t (*scales_size)(int64_t n, int64_t k);
+    void (*pack_b)(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+    size_t (*ws_size)(int64_t m, int64_t n);                    /* NULL: no workspace */
+    int (*fits)(int64_t m, int64_t n, int64_t k, int num_sms); /* NULL: any shape */
+    fp4_status (*init)(fp4_err *err);
+    fp4_status (*launch)(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+    int splits; /* takes a K-split count (args.splits) */
+} sm90_family;
+
+static const sm90_family sm90_families[] = {
+    {{FP4_SM90_V1_DECODE, "v1-decode",
+      "small M: swap AB, pre-shuffled weights streamed once, split K + last-block reduce"},
+     "decode", fp4_sm90_decode_codes_size, fp4_sm90_decode_scales_size, fp4_sm90_decode_pack_b,
+     fp4_sm90_decode_ws_size, NULL, fp4_sm90_decode_init, fp4_sm90_decode_launch, 1},
+    {{FP4_SM90_V2_PREFILL, "v2-prefill",
+      "large M: 128x128x64 mma.sync tiles, 4-stage cp.async, dequant smem->fragments"},
+     "prefill", fp4_sm90_prefill_codes_size, fp4_sm90_prefill_scales_size, fp4_sm90_prefill_pack_b,
+     NULL, NULL, fp4_sm90_prefill_init, fp4_sm90_prefill_launch, 0},
+    {{FP4_SM90_V3_DECODE, "v3-decode",
+      "small M: v1 layout, loads first, register pipeline, split K reduced in a cluster (DSMEM)"},
+     "decode3", fp4_sm90_decode_codes_size, fp4_sm90_decode_scales_size, fp4_sm90_decode_pack_b,
+     NULL, fp4_sm90_decode3_fits, fp4_sm90_decode3_init, fp4_sm90_decode3_launch, 1},
+    {{FP4_SM90_V4_DECODE, "v4-decode", FP4_SM90_V4_SUMMARY},
+     "decode4", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
+     NULL, fp4_sm90_decode4_fits, fp4_sm90_decode4_init, fp4_sm90_decode4_launch, 1},
+    {{FP4_SM90_V5_PREFILL, "v5-prefill", FP4_SM90_V5_SUMMARY},
+     "prefill5", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
+     fp4_sm90_prefill5_pack_b, NULL, fp4_sm90_prefill5_fits, fp4_sm90_prefill5_init,
+     fp4_sm90_prefill5_launch, 0},
 };
+#define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
+
+static const sm90_family *sm90_family_of(int id)
+{
+    for (int i = 0; i < SM90_NFAM; i++)
+        if (sm90_families[i].v.id == id) return &sm90_families[i];
+    return NULL;
+}
 
 extern "C" int fp4_sm90_variant_count(void)
 {
-    return (int)(sizeof sm90_variants / sizeof sm90_variants[0]);
+    return SM90_NFAM;
 }
 
 extern "C" const fp4_sm90_variant *fp4_sm90_variant_at(int i)
 {
-    return i >= 0 && i < fp4_sm90_variant_count() ? &sm90_variants[i] : NULL;
+    return i >= 0 && i < SM90_NFAM ? &sm90_families[i].v : NULL;
 }
 
 extern "C" const fp4_sm90_variant *fp4_sm90_variant_by_id(int id)
 {
-    for (int i = 0; i < fp4_sm90_variant_count(); i++)
-        if (sm90_variants[i].id == id) return &sm90_variants[i];
-    return NULL;
+    const sm90_family *f = sm90_family_of(id);
+    return f ? &f->v : NULL;
 }
 
 extern "C" int fp4_sm90_variant_parse(const char *s)
 {
     if (!s) return -1;
     if (!strcmp(s, "auto") || !strcmp(s, "0") || !s[0]) return FP4_SM90_AUTO;
-    if (!strcmp(s, "decode") || !strcmp(s, "v1-decode") || !strcmp(s, "1")) return FP4_SM90_V1_DECODE;
-    if (!strcmp(s, "prefill") || !strcmp(s, "v2-prefill") || !strcmp(s, "2"))
-        return FP4_SM90_V2_PREFILL;
-    if (!strcmp(s, "decode3") || !strcmp(s, "v3-decode") || !strcmp(s, "3"))
-        return FP4_SM90_V3_DECODE;
+    for (int i = 0; i < SM90_NFAM; i++) {
+        const sm90_family *f = &sm90_families[i];
+        char num[8];
+        snprintf(num, sizeof num, "%d", f->v.id);
+        if (!strcmp(s, f->v.name) || !strcmp(s, f->alias) || !strcmp(s, num)) return f->v.id;
+    }
     return -1;
+}
+
+extern "C" int fp4_sm90_variant_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    const sm90_family *f = sm90_family_of(id);
+    return f && (!f->fits || f->fits(m, n, k, num_sms));
 }
 
 extern "C" int fp4_sm90_forced(void)
@@ -106,22 +161,16 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
     return FP4_SM90_V2_PREFILL;
 }
 
-/* v3-decode streams v1-decode's packed B. */
-static int sm90_packing(int variant)
-{
-    return variant == FP4_SM90_V3_DECODE ? FP4_SM90_V1_DECODE : variant;
-}
-
 extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
 {
-    return sm90_packing(variant) == FP4_SM90_V1_DECODE ? fp4_sm90_decode_codes_size(n, k)
-                                         : fp4_sm90_prefill_codes_size(n, k);
+    const sm90_family *f = sm90_family_of(variant);
+    return f ? f->codes_size(n, k) : 0;
 }
 
 extern "C" size_t fp4_sm90_packed_b_scales_size(int variant, int64_t n, int64_t k)
 {
-    return sm90_packing(variant) == FP4_SM90_V1_DECODE ? fp4_sm90_decode_scales_size(n, k)
-                                         : fp4_sm90_prefill_scales_size(n, k);
+    const sm90_family *f = sm90_family_of(variant);
+    return f ? f->scales_size(n, k) : 0;
 }
 
 extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t *codes,
@@ -131,31 +180,33 @@ extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t 
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: NULL argument");
     fp4_status st = fp4_check_dims(b->rows, b->cols, err);
     if (st != FP4_OK) return st;
-    if (sm90_packing(variant) == FP4_SM90_V1_DECODE) fp4_sm90_decode_pack_b(b, codes, scales);
-    else if (variant == FP4_SM90_V2_PREFILL) fp4_sm90_prefill_pack_b(b, codes, scales);
-    else return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown variant %d", variant);
+    const sm90_family *f = sm90_family_of(variant);
+    if (!f) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown variant %d", variant);
+    f->pack_b(b, codes, scales);
     return FP4_OK;
 }
 
 extern "C" size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k)
 {
     (void)k;
-    return variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_ws_size(m, n) : 0;
+    const sm90_family *f = sm90_family_of(variant);
+    return f && f->ws_size ? f->ws_size(m, n) : 0;
 }
 
 extern "C" fp4_status fp4_sm90_init(fp4_err *err)
 {
-    fp4_status st = fp4_sm90_decode_init(err);
-    if (st != FP4_OK) return st;
-    if ((st = fp4_sm90_decode3_init(err)) != FP4_OK) return st;
-    return fp4_sm90_prefill_init(err);
+    for (int i = 0; i < SM90_NFAM; i++) {
+        fp4_status st = sm90_families[i].init(err);
+        if (st != FP4_OK) return st;
+    }
+    return FP4_OK;
 }
 
 extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
 {
     if (!a) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: NULL arguments");
-    if (a->variant != FP4_SM90_V1_DECODE && a->variant != FP4_SM90_V2_PREFILL &&
-        a->variant != FP4_SM90_V3_DECODE)
+    const sm90_family *f = sm90_family_of(a->variant);
+    if (!f)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: unknown variant %d", a->variant);
     if (a->m < 1 || a->n < 1 || a->k < 16 || a->k % 16)
         return fp4_fail(err, FP4_ERR_SHAPE, "fp4-sm90: shape %lldx%lldx%lld (want >= 1, K %% 16 == 0)",
@@ -171,9 +222,9 @@ extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90: misaligned operand (A codes, scales and B must be 16-byte, "
                         "D 8-byte, the workspace 16-byte aligned)");
-    if ((a->variant == FP4_SM90_V1_DECODE || a->variant == FP4_SM90_V3_DECODE) && a->splits < 0)
+    if (f->splits && a->splits < 0)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: splits = %d", a->splits);
-    if (a->variant == FP4_SM90_V1_DECODE &&
+    if (f->ws_size &&
         (!a->workspace || a->workspace_bytes < fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k)))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: decode needs a %zu-byte workspace",
                         fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k));
@@ -184,9 +235,7 @@ extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t st
 {
     fp4_status st = fp4_sm90_check(a, err);
     if (st != FP4_OK) return st;
-    if (a->variant == FP4_SM90_V3_DECODE) return fp4_sm90_decode3_launch(a, stream, err);
-    return a->variant == FP4_SM90_V1_DECODE ? fp4_sm90_decode_launch(a, stream, err)
-                                            : fp4_sm90_prefill_launch(a, stream, err);
+    return sm90_family_of(a->variant)->launch(a, stream, err);
 }
 
 /* ---- the backend ----------------------------------------------------------------- */
@@ -285,11 +334,12 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
 
     const fp4_shape *s = &pr->shape;
     const int variant = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
-    if (variant == FP4_SM90_V3_DECODE && !fp4_sm90_decode3_fits(s->m, s->n, s->k, inst->num_sms))
+    if (!fp4_sm90_variant_fits(variant, s->m, s->n, s->k, inst->num_sms))
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 v3-decode: K = %lld too deep for its shared-memory token slice "
-                        "at M = %lld (8 splits at most); use v1-decode",
-                        (long long)s->k, (long long)s->m);
+                        "fp4-sm90 %s: cannot run %lldx%lldx%lld (its shared-memory slice does not "
+                        "fit); force another variant",
+                        fp4_sm90_variant_by_id(variant)->name, (long long)s->m, (long long)s->n,
+                        (long long)s->k);
     const size_t a_codes = (size_t)s->m * (size_t)(s->k / 2);
     const size_t a_sf = fp4_swizzled_size(s->m, s->k);
     const size_t b_codes = fp4_sm90_packed_b_codes_size(variant, s->n, s->k);

@@ -457,7 +457,7 @@ static void fill_metrics(const fp4_engine *e, const fp4_report *rep, slot *s)
     fp4_row *row = &s->row;
     const fp4_ceilings *c = &rep->ceil;
     double med = row->t.median;
-    row->flops = fp4_shape_flops(&row->shape);
+    row->flops = s->ops->flops ? s->ops->flops(&row->shape) : fp4_shape_flops(&row->shape);
     row->bytes = s->ops->bytes_moved ? s->ops->bytes_moved(&row->shape)
                                      : fp4_gemm_min_bytes(row->shape.m, row->shape.n, row->shape.k);
     row->pct_peak = -1;

@@ -55,8 +55,14 @@ enum {
     FP4_SM90_AUTO = 0,    /* let fp4_sm90_choose decide */
     FP4_SM90_V1_DECODE = 1,
     FP4_SM90_V2_PREFILL = 2,
-    FP4_SM90_V3_DECODE = 3
+    FP4_SM90_V3_DECODE = 3,
+    FP4_SM90_V4_DECODE = 4,
+    FP4_SM90_V5_PREFILL = 5
 };
+
+/* One-line summaries of the newer variants (kept next to their kernels). */
+#define FP4_SM90_V4_SUMMARY "small M: work-balanced split K, all loads in flight at once"
+#define FP4_SM90_V5_SUMMARY "large M: wgmma (sm_90a) on dequantized shared-memory tiles"
 
 typedef struct fp4_sm90_variant {
     int id;              /* FP4_SM90_V* */
@@ -69,8 +75,8 @@ int fp4_sm90_variant_count(void);
 const fp4_sm90_variant *fp4_sm90_variant_at(int i);
 /* The variant with this id, NULL if none. */
 const fp4_sm90_variant *fp4_sm90_variant_by_id(int id);
-/* Parse "decode", "prefill", "v1-decode", "v2-prefill", "v3-decode", "decode3",
- * "1", "2", "3", "auto" into
+/* Parse a variant's name ("v1-decode"), its alias ("decode", "prefill",
+ * "decode3", "decode4", "prefill5"), its number or "auto" into
  * an id (FP4_SM90_AUTO for "auto"); -1 if not recognised. */
 int fp4_sm90_variant_parse(const char *s);
 
@@ -78,6 +84,9 @@ int fp4_sm90_variant_parse(const char *s);
  * prepare), else FP4_SM90_AUTO. There is no process-wide setter: no global
  * mutable state. */
 int fp4_sm90_forced(void);
+
+/* 1 when the variant can run (m, n, k) (shared-memory slices fit). */
+int fp4_sm90_variant_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms);
 
 /* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
  * honouring the forced variant. The rule (see the definition for the reasons):
