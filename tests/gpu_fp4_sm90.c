@@ -301,8 +301,9 @@ int main(void)
         {129, 8, 2880},  {256, 200, 16},  {16, 1, 16},      {64, 2048, 48}, {1, 8, 6144},
         {256, 768, 2880}, {3, 1, 48},
     };
-    const int variants[3] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE};
-    for (int v = 0; v < 3; v++)
+    const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
+                            FP4_SM90_V4_DECODE};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
     /* decode with forced split counts, and a multi-chunk M (3 token chunks) */
@@ -334,6 +335,23 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof v3_shapes / sizeof v3_shapes[0]; i++)
         test_gemm(ops, inst, FP4_SM90_V3_DECODE, v3_shapes[i][0], v3_shapes[i][1], v3_shapes[i][2]);
+
+    /* v4-decode: forced splits (1 writes D directly, 3 and 45 go through the
+     * workspace and the arrival counters), every (tiles, token tiles) shape,
+     * several token chunks, the target shapes */
+    static const char *v4_splits[] = {"1", "3", "45"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_SPLITK", v4_splits[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V4_DECODE, 16, 768, 2880);
+        test_gemm(ops, inst, FP4_SM90_V4_DECODE, 5, 200, 6144);
+    }
+    unsetenv("FP4_SM90_SPLITK");
+    static const int64_t v4_shapes[][3] = {
+        {8, 2048, 6144},  {32, 200, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
+        {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},
+    };
+    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
+        test_gemm(ops, inst, FP4_SM90_V4_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

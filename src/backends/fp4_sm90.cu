@@ -32,6 +32,7 @@ size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
 void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n);
 int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_decode4_init(fp4_err *err);
 fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
@@ -73,7 +74,7 @@ static const sm90_family sm90_families[] = {
      NULL, fp4_sm90_decode3_fits, fp4_sm90_decode3_init, fp4_sm90_decode3_launch, 1},
     {{FP4_SM90_V4_DECODE, "v4-decode", FP4_SM90_V4_SUMMARY},
      "decode4", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
-     NULL, fp4_sm90_decode4_fits, fp4_sm90_decode4_init, fp4_sm90_decode4_launch, 1},
+     fp4_sm90_decode4_ws_size, fp4_sm90_decode4_fits, fp4_sm90_decode4_init, fp4_sm90_decode4_launch, 1},
     {{FP4_SM90_V5_PREFILL, "v5-prefill", FP4_SM90_V5_SUMMARY},
      "prefill5", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
      fp4_sm90_prefill5_pack_b, NULL, fp4_sm90_prefill5_fits, fp4_sm90_prefill5_init,
