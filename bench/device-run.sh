@@ -2,7 +2,8 @@
 # Build fp4bench on the GPU machine and run its checks and timings in one go.
 # Results land under $OUT (at most 8 files come back: keep it to that).
 #   bench/device-run.sh check    build, ctest (GPU tests included), sanitizer, seed verify
-#   bench/device-run.sh bench    check + the recorded benchmark runs
+#   bench/device-run.sh bench    build, the independent cuBLAS script, the recorded runs
+#   bench/device-run.sh all      both (over 10 minutes: the device tool's limit per call)
 # Called from the device tool with carry [".debs", ".fp4-commit"]: .debs holds
 # libcjson1/libcjson-dev .deb files (apt-get download here), unpacked to /tmp/cjson.
 set -uo pipefail
@@ -29,6 +30,12 @@ B=./build-dev/fp4bench
 $B --version
 $B list
 
+if [ "$mode" = bench ]; then
+  echo "== independent script: torch cuBLAS bf16, same rules (issue 3)"
+  timeout 150 python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192 | tee "$OUT/independent-bf16.txt"
+fi
+
+if [ "$mode" != bench ]; then
 echo "== ctest"
 (cd build-dev && ctest --output-on-failure -j 4 --timeout 300 ${FP4_CTEST_ARGS:-}) >/tmp/ctest.log 2>&1
 grep -E "tests passed|Failed|Skipped|\*\*\*" /tmp/ctest.log | head -30
@@ -47,6 +54,7 @@ if command -v compute-sanitizer >/dev/null; then
     grep -m5 "=========" /tmp/san.log | grep -v "ERROR SUMMARY: 0" | head -5
   done
 fi
+fi
 [ "$mode" = check ] && exit 0
 
 echo "== benchmarks"
@@ -61,5 +69,4 @@ $B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 3 --no-cei
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 70
 $B run --preset models --json "$OUT/models.json" --quiet --max-time 3 --no-ceilings \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 4
-python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192
 echo "== done $(( $(date +%s) - t0 )) s"

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "fp4/backend.h"
@@ -19,7 +20,11 @@ enum fake_mode {
     FAKE_UNWRITTEN,   /* leaves the last element as it was (poisoned) */
     FAKE_ZEROS,       /* writes zeros everywhere (the FlashInfer #2577 symptom) */
     FAKE_RUN_ERROR,   /* run() fails on the second call */
-    FAKE_MODES
+    FAKE_MODES,
+    /* not one of the modes above: exact, but a call that starts within 0.5 ms
+     * of the previous one's end takes 2 ms and one that starts later 1 ms (a
+     * power cap in miniature), for the rate test */
+    FAKE_THERMAL = FAKE_MODES
 };
 
 typedef struct fake_plan {
@@ -29,7 +34,24 @@ typedef struct fake_plan {
     float *d;
     size_t n;
     int calls;
+    double last_end; /* FAKE_THERMAL: when the previous call ended, s */
 } fake_plan;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Busy for `s` seconds (a sleep would do, but a spin is as exact as the
+ * clock on a loaded machine too). */
+static void spin_s(double s)
+{
+    double t0 = mono_s();
+    while (mono_s() - t0 < s) {
+    }
+}
 
 /* One table per mode; the mode travels in the instance pointer. */
 static fp4_status fake_open_mode(void **inst, int mode, fp4_err *err)
@@ -87,10 +109,14 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
 {
     fake_plan *p = p_;
     float last = p->d[p->n - 1];
-    /* call 1 verifies, 2 estimates the batch, 3 warms up; fail mid-timing */
+    /* call 1 verifies, 2 estimates the batch, 3 warms up; fail at the 6th sample */
     if (p->mode == FAKE_RUN_ERROR && ++p->calls > 8)
         return fp4_fail(err, FP4_ERR_CUDA, "illegal memory access (simulated)");
+    if (p->mode == FAKE_THERMAL) {
+        spin_s(mono_s() - p->last_end < 0.5e-3 ? 2e-3 : 1e-3);
+    }
     fp4_status st = fp4_gemm_reference(&p->a, &p->b, p->alpha, p->d, 1, err);
+    p->last_end = mono_s();
     if (p->mode == FAKE_WRONG) p->d[p->n / 2] *= 1.1f;
     if (p->mode == FAKE_UNWRITTEN) p->d[p->n - 1] = last;
     if (p->mode == FAKE_ZEROS) memset(p->d, 0, p->n * sizeof(float));
@@ -117,12 +143,14 @@ FAKE_OPEN(4)
 FAKE_OPEN(5)
 FAKE_OPEN(6)
 FAKE_OPEN(7)
+FAKE_OPEN(8)
 
-static fp4_status (*const fake_opens[FAKE_MODES])(void **, fp4_err *) = {
-    fake_open_0, fake_open_1, fake_open_2, fake_open_3,
-    fake_open_4, fake_open_5, fake_open_6, fake_open_7};
-static const char *const fake_names[FAKE_MODES] = {"good", "no-open", "no-shape", "prep-error",
-                                                   "wrong", "unwritten", "zeros", "run-error"};
+static fp4_status (*const fake_opens[FAKE_MODES + 1])(void **, fp4_err *) = {
+    fake_open_0, fake_open_1, fake_open_2, fake_open_3, fake_open_4,
+    fake_open_5, fake_open_6, fake_open_7, fake_open_8};
+static const char *const fake_names[FAKE_MODES + 1] = {
+    "good", "no-open", "no-shape", "prep-error", "wrong", "unwritten", "zeros", "run-error",
+    "thermal"};
 
 static fp4_backend_ops make_ops(int mode)
 {
@@ -176,7 +204,9 @@ static void test_fake_backends(void)
     list[FAKE_MODES] = fp4_backend_find("cpu-ref");
     fp4_settings_default(&set);
     set.warmup_ms = 0;
-    set.stop.min_samples = 3;
+    /* more samples than run-error's 6 good ones, so that it always fails
+     * mid-timing, whatever the noise of the others */
+    set.stop.min_samples = 8;
     set.stop.max_time_s = 0.5;
     snprintf(set.baseline, sizeof set.baseline, "cpu-ref");
     memset(&rep, 0, sizeof rep);
@@ -187,10 +217,10 @@ static void test_fake_backends(void)
     CHECK(rows_seen == FAKE_MODES + 1);
 
     const fp4_row *r = find_row(&rep, "good");
-    CHECK(r && r->state == FP4_ROW_OK && r->verified == 1 && r->t.count >= 3);
+    CHECK(r && r->state == FP4_ROW_OK && r->verified == 1 && r->t.count >= 8);
     CHECK(r && r->has_ratio && r->ratio > 0);
     r = find_row(&rep, "cpu-ref");
-    CHECK(r && r->state == FP4_ROW_OK && r->verified == -1 && r->t.count >= 3);
+    CHECK(r && r->state == FP4_ROW_OK && r->verified == -1 && r->t.count >= 8);
     CHECK(r && strstr(r->verify_note, "spot checks") != NULL);
     r = find_row(&rep, "no-open");
     CHECK(r && r->state == FP4_ROW_UNSUPPORTED && strstr(r->reason, "no such hardware"));
@@ -208,7 +238,9 @@ static void test_fake_backends(void)
     r = find_row(&rep, "zeros");
     CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "all zeros"));
     r = find_row(&rep, "run-error");
-    CHECK(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "timing: illegal memory access"));
+    CHECK_MSG(r && r->state == FP4_ROW_FAILED && strstr(r->reason, "timing: illegal memory access"),
+              "run-error row: state %d, %d samples, reason \"%s\"", r ? (int)r->state : -1,
+              r ? r->t.count : -1, r ? r->reason : "");
     CHECK(r && r->t.count == 0 && r->nsamples == 0 && !r->has_ratio); /* no time for a FAILED row */
     /* the table shows every reason */
     FILE *f = tmpfile();
@@ -220,6 +252,50 @@ static void test_fake_backends(void)
     fclose(f);
     CHECK(strstr(buf, "no such hardware") && strstr(buf, "weights file vanished") &&
           strstr(buf, "all zeros"));
+    fp4_report_free(&rep);
+    fp4_engine_destroy(e);
+}
+
+/* The two rates of fp4_engine_measure_rate (the ceilings' rule): the
+ * interleaved pass puts a light phase as long as the sample after each
+ * sample, so the thermal fake runs cool (1 ms a call); the sustained pass
+ * runs it back to back, hot (2 ms). Rows stay back to back afterwards. */
+static void test_measure_rate(void)
+{
+    fp4_backend_ops thermal = make_ops(FAKE_THERMAL), no_open = make_ops(FAKE_NO_OPEN);
+    const fp4_backend_ops *list[1] = {&thermal};
+    fp4_settings set;
+    fp4_report rep;
+    fp4_engine *e;
+    fp4_err err;
+    fp4_rate r;
+    fp4_shape shape = {4, 16, 32};
+    fp4_case c = {{4, 16, 32}, "thermal"};
+    fp4_settings_default(&set);
+    set.warmup_ms = 20;
+    set.stop.min_samples = 8;
+    set.stop.noise_target = 0.02;
+    set.stop.max_time_s = 0.5;
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK_MSG(fp4_engine_measure_rate(e, &thermal, &shape, &r, &err) == FP4_OK, "%s", err.msg);
+    CHECK(r.light_ratio == 1.0 && r.batch == 1 && r.copies == 1);
+    CHECK(r.interleaved.count >= 8 && r.sustained.count >= 8);
+    CHECK_MSG(r.interleaved.median > 0.9e3 && r.interleaved.median < 1.5e3,
+              "interleaved median %g us, want about 1000", r.interleaved.median);
+    CHECK_MSG(r.sustained.median > 1.8e3, "sustained median %g us, want about 2000",
+              r.sustained.median);
+    CHECK(r.interleaved_tflops > 1.3 * r.sustained_tflops);
+    CHECK(fabs(r.interleaved_tflops - 2.0 * 4 * 16 * 32 / (r.interleaved.median * 1e-6) / 1e12) <
+          1e-6 * r.interleaved_tflops);
+    /* a backend that cannot run says why */
+    CHECK(fp4_engine_measure_rate(e, &no_open, &shape, &r, &err) == FP4_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "no such hardware") != NULL && r.interleaved.count == 0);
+    /* the light phase is the rate's alone: a row afterwards is back to back */
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 1, &rep, NULL, NULL, &err) == FP4_OK);
+    CHECK(rep.nrows == 1 && rep.rows[0].state == FP4_ROW_OK);
+    CHECK_MSG(rep.nrows == 1 && rep.rows[0].t.median > 1.8e3, "row median %g us, want about 2000",
+              rep.nrows ? rep.rows[0].t.median : 0.0);
     fp4_report_free(&rep);
     fp4_engine_destroy(e);
 }
@@ -298,6 +374,7 @@ int main(int argc, char **argv)
     test_compare_outputs();
     test_bad_case();
     test_fake_backends();
+    test_measure_rate();
     test_plugins(argc > 1 ? argv[1] : ".");
     return check_finish("test_engine");
 }

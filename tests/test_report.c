@@ -151,8 +151,11 @@ static void make_report(fp4_report *r)
     r->dev.peak_bw_gbps = 4800;
     r->ceil.measured = 1;
     r->ceil.read_gbps = 4012.5;
-    r->ceil.bf16_tflops = 701.25;
+    r->ceil.bf16_tflops = 834.5;
+    r->ceil.bf16_sustained_tflops = 730.25;
     r->ceil.fp8_tflops = 0;
+    r->ceil.fp8_sustained_tflops = 0;
+    r->ceil.light_ratio = 1;
     r->ceil.cpu_gflops = 3.75;
     fp4_settings_default(&r->set);
     r->set.seed = 18446744073709551557ull; /* above 2^53: written as a string */
@@ -324,6 +327,9 @@ static void test_json_round_trip(void)
                a.dev.peak_bw_gbps == b.dev.peak_bw_gbps));
         CHECK(a.ceil.measured == b.ceil.measured && a.ceil.read_gbps == b.ceil.read_gbps &&
               a.ceil.bf16_tflops == b.ceil.bf16_tflops && a.ceil.fp8_tflops == b.ceil.fp8_tflops &&
+              a.ceil.bf16_sustained_tflops == b.ceil.bf16_sustained_tflops &&
+              a.ceil.fp8_sustained_tflops == b.ceil.fp8_sustained_tflops &&
+              a.ceil.light_ratio == b.ceil.light_ratio &&
               a.ceil.cpu_gflops == b.ceil.cpu_gflops);
         CHECK_MSG(a.set.seed == b.set.seed, "seed %llu", (unsigned long long)b.set.seed);
         CHECK(a.set.data == b.set.data && a.set.hot == b.set.hot &&
@@ -628,6 +634,10 @@ static void test_table(void)
     }
     make_report(&r);
     add(&r, ok_row("late-backend", "decode", 16, 30.0, 0.01)); /* belongs to the first group */
+    r.rows[r.nrows - 1].pct_roofline = 116.4; /* above the roofline: shown, never clamped */
+    fp4_report_print_header(f, &r);
+    r.ceil.bf16_sustained_tflops = NAN; /* a file from before: no sustained rate */
+    r.ceil.fp8_tflops = 1436;
     fp4_report_print_header(f, &r);
     fp4_report_print_table(f, &r);
     r.dev.present = 0;
@@ -648,6 +658,10 @@ static void test_table(void)
         CHECK(strstr(text, "vs cublas-bf16") != NULL && strstr(text, "2.00x [1.90, -]"));
         CHECK(strstr(text, "reference") != NULL && strstr(text, "flag T") && strstr(text, "flag C"));
         CHECK(strstr(text, "seed 18446744073709551557") != NULL);
+        CHECK(strstr(text, "ceilings: measured read 4012 GB/s, bf16 834 TFLOP/s (sustained 730), CPU") !=
+              NULL);
+        CHECK(strstr(text, "bf16 834 TFLOP/s, fp8 1436 TFLOP/s, CPU") != NULL);
+        CHECK(strstr(text, " 116% ") != NULL && strstr(text, "100%") == NULL);
         /* grouped: the prefill rows come after every decode row */
         CHECK(strstr(text, "late-backend") != NULL &&
               strstr(text, "late-backend") < strstr(text, "FAILED: verification"));

@@ -98,8 +98,14 @@ typedef struct fp4_device_info {
 typedef struct fp4_ceilings {
     int measured;
     double read_gbps;    /* streaming read bandwidth, GB/s (1e9) */
-    double bf16_tflops;  /* cuBLAS bf16 at 8192^3 */
-    double fp8_tflops;   /* cuBLASLt fp8 at 8192^3, 0 if not measured */
+    /* Tensor rates at 8192^3, TFLOP/s, 0 if not measured. The first two are
+     * measured interleaved with a light phase as long as each sample (as rows
+     * run; the roofline uses them), the sustained ones back to back. */
+    double bf16_tflops;  /* cuBLAS bf16 */
+    double fp8_tflops;   /* cuBLASLt fp8 */
+    double bf16_sustained_tflops;
+    double fp8_sustained_tflops;
+    double light_ratio;  /* light phase / sample length of the interleaved rates */
     double cpu_gflops;   /* for CPU rows: the reference's own measured rate */
 } fp4_ceilings;
 

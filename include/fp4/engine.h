@@ -26,9 +26,32 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
                              fp4_err *err);
 void fp4_engine_destroy(fp4_engine *e);
 
-/* Measure the ceilings (read bandwidth, bf16 and fp8 tensor rates) into
- * report->ceil. Without a GPU, measures the CPU reference's rate instead. */
+/* Measure the ceilings into report->ceil: read bandwidth, and the bf16 and
+ * fp8 tensor rates both ways (fp4_engine_measure_rate); the interleaved rates
+ * are the rooflines' compute ceilings. Without a GPU: nothing (measured 0). */
 fp4_status fp4_engine_measure_ceilings(fp4_engine *e, fp4_report *report, fp4_err *err);
+
+/* The rate of one backend on one shape, measured on one prepared plan in two
+ * passes with the rows' rules (cold L2, graph batches, warm-up, stopping
+ * rule; not verified), on the run's kind of data:
+ *   interleaved: after every sample a light phase light_ratio times as long
+ *     (on the GPU one thread waiting on the timer, on the CPU a sleep), so
+ *     each sample starts with the clock recovered, as a row's sample does
+ *     between the other backends of its round: the rate a row can reach;
+ *   sustained: samples back to back, as long as the stopping rule needs: the
+ *     rate under continuous load (on the H200, at the power cap).
+ * The ceilings use it for cuBLAS bf16 and cuBLASLt fp8 at 8192^3. Works for
+ * CPU backends too (host timing). A backend that cannot run gives its error. */
+typedef struct fp4_rate {
+    double light_ratio;       /* light phase / sample length of the interleaved pass */
+    int copies, batch;        /* operand copies, calls per sample */
+    fp4_stats interleaved;    /* per-call time, us */
+    fp4_stats sustained;
+    double interleaved_tflops, sustained_tflops; /* flops / median */
+    int interleaved_timed_out, sustained_timed_out;
+} fp4_rate;
+fp4_status fp4_engine_measure_rate(fp4_engine *e, const fp4_backend_ops *ops,
+                                   const fp4_shape *shape, fp4_rate *out, fp4_err *err);
 
 /* Measure one case on the given backends, appending one row per backend to
  * report (unsupported and FAILED rows included) and calling cb for each.

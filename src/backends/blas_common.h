@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backends/gpu_common.h"
 #include "fp4/backend.h"
@@ -35,6 +36,19 @@
             goto label;                                                                            \
         }                                                                                          \
     } while (0)
+
+/* The cuBLAS / cuBLASLt side of FP4_CUDA_RELEASE (gpu_common.h): destroy
+ * calls cannot fail their caller, but a failure prints one line on stderr,
+ * "fp4bench: warning: FILE:LINE: CALL failed: STATUS (n)". Returns 1 if the
+ * call failed, else 0. */
+static inline int fp4_blas_released(cublasStatus_t s, const char *call, const char *file, int line)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    fprintf(stderr, "fp4bench: warning: %s:%d: %s failed: %s (%d)\n", file, line, call,
+            cublasGetStatusName(s), (int)s);
+    return 1;
+}
+#define FP4_CUBLAS_RELEASE(call) fp4_blas_released((call), #call, __FILE__, __LINE__)
 
 /* Largest number of operand copies a plan accepts (a sanity bound, not a
  * memory check: the allocations report their own failures). */

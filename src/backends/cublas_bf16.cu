@@ -56,8 +56,8 @@ static void bf16_close(void *inst)
 {
     bf16_inst *b = (bf16_inst *)inst;
     if (!b) return;
-    if (b->h) cublasDestroy(b->h);
-    cudaFree(b->ws);
+    if (b->h) FP4_CUBLAS_RELEASE(cublasDestroy(b->h));
+    fp4_gpu_free(b->ws, "cublas-bf16 workspace");
     free(b);
 }
 
@@ -97,9 +97,9 @@ static void bf16_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            cudaFree(p->c[i].a);
-            cudaFree(p->c[i].b);
-            cudaFree(p->c[i].d);
+            fp4_gpu_free(p->c[i].a, "cublas-bf16 A");
+            fp4_gpu_free(p->c[i].b, "cublas-bf16 B");
+            fp4_gpu_free(p->c[i].d, "cublas-bf16 D");
         }
         free(p->c);
     }

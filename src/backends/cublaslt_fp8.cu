@@ -44,17 +44,8 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
+#include "backends/blaslt_common.h"
 #include "backends/gpu_common.h"
-
-/* Workspace handed to every cublasLtMatmul call (the heuristic is told this
- * limit). Owned by the instance: plans of one instance must not run
- * concurrently on different streams. */
-#define FP8_WORKSPACE_BYTES ((size_t)32 << 20)
-
-typedef struct fp8_inst {
-    cublasLtHandle_t lt;
-    void *ws;
-} fp8_inst;
 
 typedef struct fp8_copy {
     void *a;                 /* [m, k] e4m3 */
@@ -65,22 +56,16 @@ typedef struct fp8_copy {
 } fp8_copy;
 
 typedef struct fp8_plan {
-    fp8_inst *inst; /* borrowed: release the plan before close() */
-    fp4_shape shape;
+    fp4_lt_inst *inst; /* borrowed: release the plan before close() */
     float alpha;
     int copies;
-    fp8_copy *c;                       /* [copies] */
-    cublasLtMatrixLayout_t la, lb, ld; /* cuBLAS A (our B), B (our A), C = D */
-    cublasLtMatmulAlgo_t algo;         /* from the heuristic, once, in prepare */
+    fp8_copy *c;    /* [copies] */
+    fp4_lt_gemm g;  /* layouts and algorithm, shared by the copies */
 } fp8_plan;
 
 static void fp8_close(void *inst)
 {
-    fp8_inst *f = (fp8_inst *)inst;
-    if (!f) return;
-    if (f->lt) cublasLtDestroy(f->lt);
-    cudaFree(f->ws);
-    free(f);
+    fp4_lt_close((fp4_lt_inst *)inst);
 }
 
 /* Needs fp8 tensor cores: sm_89 (Ada) or newer. */
@@ -89,16 +74,7 @@ static fp4_status fp8_open(void **inst, fp4_err *err)
     *inst = NULL;
     fp4_status st = fp4_gpu_require(8, 9, 0, NULL, NULL, err);
     if (st != FP4_OK) return st;
-    fp8_inst *f = (fp8_inst *)calloc(1, sizeof *f);
-    if (!f) return fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-fp8: no host memory");
-    FP4_CUBLAS_GOTO(err, st, cublasLtCreate(&f->lt), fail);
-    st = fp4_gpu_alloc(&f->ws, FP8_WORKSPACE_BYTES, "cuBLASLt workspace", err);
-    if (st != FP4_OK) goto fail;
-    *inst = f;
-    return FP4_OK;
-fail:
-    fp8_close(f);
-    return st;
+    return fp4_lt_open((fp4_lt_inst **)inst, err);
 }
 
 /* D's leading dimension (N bf16) must be a multiple of 16 bytes. */
@@ -118,17 +94,15 @@ static void fp8_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            cudaFree(p->c[i].a);
-            cudaFree(p->c[i].b);
-            cudaFree(p->c[i].scales);
-            cudaFree(p->c[i].d);
-            if (p->c[i].op) cublasLtMatmulDescDestroy(p->c[i].op);
+            fp4_gpu_free(p->c[i].a, "cublaslt-fp8 A");
+            fp4_gpu_free(p->c[i].b, "cublaslt-fp8 B");
+            fp4_gpu_free(p->c[i].scales, "cublaslt-fp8 scales");
+            fp4_gpu_free(p->c[i].d, "cublaslt-fp8 D");
+            if (p->c[i].op) FP4_CUBLAS_RELEASE(cublasLtMatmulDescDestroy(p->c[i].op));
         }
         free(p->c);
     }
-    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    fp4_lt_gemm_destroy(&p->g);
     free(p);
 }
 
@@ -173,73 +147,6 @@ static fp4_status fp8_requantize(const fp4_matrix *x, uint8_t **out, float *dec,
     return FP4_OK;
 }
 
-/* Creates the layouts and one matmul descriptor (TN, 32F compute, this copy's
- * scale pointers). */
-static fp4_status fp8_make_desc(fp8_copy *c, fp4_err *err)
-{
-    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    /* each scale on its own 16-byte boundary: cublasLtMatmul answered
-     * NOT_SUPPORTED on the H200 when B's scale sat 4 bytes after A's */
-    const void *sa = c->scales, *sb = (const float *)c->scales + 4;
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    FP4_CUBLAS_TRY(
-        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    FP4_CUBLAS_TRY(
-        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                       &sa, sizeof sa));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                       &sb, sizeof sb));
-    /* CUBLASLT_MATMUL_DESC_FAST_ACCUM stays at its default 0: the accurate
-     * mode, which periodically promotes the partial sums to full fp32. */
-    return FP4_OK;
-}
-
-/* Asks the heuristic once for the copy-0 descriptor; every copy has the same
- * problem (only pointers differ), so the algorithm is shared. UNSUPPORTED
- * with cuBLASLt's status when it finds nothing. */
-static fp4_status fp8_pick_algo(fp8_plan *p, fp4_err *err)
-{
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int count = 0;
-    memset(&res, 0, sizeof res);
-    const uint64_t ws = FP8_WORKSPACE_BYTES;
-    fp4_status st = FP4_OK;
-    cublasStatus_t hs;
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
-    FP4_CUBLAS_GOTO(err, st,
-                    cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                    out);
-    hs = cublasLtMatmulAlgoGetHeuristic(p->inst->lt, p->c[0].op, p->la, p->lb, p->ld, p->ld, pref,
-                                        1, &res, &count);
-    if (hs != CUBLAS_STATUS_SUCCESS) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-fp8: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k, (int)hs,
-                      cublasGetStatusName(hs));
-        goto out;
-    }
-    if (count < 1) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-fp8: cuBLASLt heuristic found no algorithm for %lldx%lldx%lld",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k);
-        goto out;
-    }
-    if (res.state != CUBLAS_STATUS_SUCCESS) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-fp8: cuBLASLt heuristic result for %lldx%lldx%lld: state %d %s",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k,
-                      (int)res.state, cublasGetStatusName(res.state));
-        goto out;
-    }
-    p->algo = res.algo;
-out:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    return st;
-}
-
 /* Re-quantizes A and B to e4m3 on the host (see the top of the file), uploads
  * `copies` copies with their decode scales, builds the descriptors and picks
  * the algorithm. On failure nothing is left allocated. */
@@ -271,32 +178,27 @@ static fp4_status fp8_prepare(void *inst, const fp4_gemm_problem *pr, int copies
         st = fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-fp8: no host memory for the plan");
         goto out;
     }
-    p->inst = (fp8_inst *)inst;
-    p->shape = *s;
+    p->inst = (fp4_lt_inst *)inst;
     p->alpha = pr->alpha;
     p->copies = copies;
-    /* Column-major views (rows, cols, ld) as described at the top. */
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)s->k, (uint64_t)s->n, s->k),
-        out);
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)s->k, (uint64_t)s->m, s->k),
-        out);
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
+    if ((st = fp4_lt_gemm_init(&p->g, s, CUDA_R_8F_E4M3, err)) != FP4_OK) goto out;
     for (int i = 0; i < copies; i++) {
         fp8_copy *c = &p->c[i];
         if ((st = fp4_gpu_upload(&c->a, ha, a_bytes, "A e4m3", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->b, hb, b_bytes, "B e4m3", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->scales, dec, sizeof dec, "fp8 scales", err)) != FP4_OK ||
-            (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK ||
-            (st = fp8_make_desc(c, err)) != FP4_OK)
+            (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
+            goto out;
+        /* TN, 32F compute, no FAST_ACCUM (the accurate mode, which periodically
+         * promotes the partial sums to full fp32). Each decode scale on its own
+         * 16-byte boundary: cublasLtMatmul answered NOT_SUPPORTED on the H200
+         * when B's scale sat 4 bytes after A's. */
+        if ((st = fp4_lt_desc_create(&c->op, (const float *)c->scales + 4, c->scales, -1, err)) !=
+            FP4_OK)
             goto out;
     }
-    if ((st = fp8_pick_algo(p, err)) != FP4_OK) goto out;
+    if ((st = fp4_lt_pick_algo(p->inst, &p->g, p->c[0].op, "cublaslt-fp8", err)) != FP4_OK)
+        goto out;
     *plan = p;
     p = NULL;
     st = FP4_OK;
@@ -312,7 +214,7 @@ static fp4_status fp8_poison(void *plan, int copy, void *stream, fp4_err *err)
     fp8_plan *p = (fp8_plan *)plan;
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
-    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n,
+    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->g.shape.m * (size_t)p->g.shape.n,
                                (cudaStream_t)stream, err);
 }
 
@@ -324,11 +226,8 @@ static fp4_status fp8_run(void *plan, int copy, void *stream, fp4_err *err)
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
     const fp8_copy *c = &p->c[copy];
-    const float beta = 0.0f;
-    FP4_CUBLAS_TRY(err, cublasLtMatmul(p->inst->lt, c->op, &p->alpha, c->b, p->la, c->a, p->lb,
-                                       &beta, c->d, p->ld, c->d, p->ld, &p->algo, p->inst->ws,
-                                       FP8_WORKSPACE_BYTES, (cudaStream_t)stream));
-    return FP4_OK;
+    return fp4_lt_run(p->inst, &p->g, c->op, &p->alpha, c->a, c->b, c->d, (cudaStream_t)stream,
+                      err);
 }
 
 static fp4_status fp8_read_output(void *plan, int copy, float *d, fp4_err *err)
@@ -336,7 +235,7 @@ static fp4_status fp8_read_output(void *plan, int copy, float *d, fp4_err *err)
     fp8_plan *p = (fp8_plan *)plan;
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
-    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
+    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->g.shape.m * (size_t)p->g.shape.n, d, err);
 }
 
 /* e4m3 A and B (one byte an element), bf16 D. */

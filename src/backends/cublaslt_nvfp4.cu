@@ -24,16 +24,8 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
+#include "backends/blaslt_common.h"
 #include "backends/gpu_common.h"
-
-/* Workspace handed to every cublasLtMatmul call; owned by the instance, so
- * plans of one instance must not run concurrently on different streams. */
-#define NVFP4_WORKSPACE_BYTES ((size_t)32 << 20)
-
-typedef struct nvfp4_inst {
-    cublasLtHandle_t lt;
-    void *ws;
-} nvfp4_inst;
 
 typedef struct nvfp4_copy {
     void *a, *b;             /* codes [m, k/2], [n, k/2] */
@@ -43,22 +35,16 @@ typedef struct nvfp4_copy {
 } nvfp4_copy;
 
 typedef struct nvfp4_plan {
-    nvfp4_inst *inst; /* borrowed: release the plan before close() */
-    fp4_shape shape;
+    fp4_lt_inst *inst; /* borrowed: release the plan before close() */
     float alpha;
     int copies;
-    nvfp4_copy *c;                     /* [copies] */
-    cublasLtMatrixLayout_t la, lb, ld; /* cuBLAS A (our B), B (our A), C = D */
-    cublasLtMatmulAlgo_t algo;         /* from the heuristic, once, in prepare */
+    nvfp4_copy *c;  /* [copies] */
+    fp4_lt_gemm g;  /* layouts and algorithm, shared by the copies */
 } nvfp4_plan;
 
 static void nvfp4_close(void *inst)
 {
-    nvfp4_inst *f = (nvfp4_inst *)inst;
-    if (!f) return;
-    if (f->lt) cublasLtDestroy(f->lt);
-    cudaFree(f->ws);
-    free(f);
+    fp4_lt_close((fp4_lt_inst *)inst);
 }
 
 /* Needs a Blackwell GPU with FP4 tensor cores: compute capability 10.x or 12.x. */
@@ -72,16 +58,7 @@ static fp4_status nvfp4_open(void **inst, fp4_err *err)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "cublaslt-nvfp4: needs Blackwell (sm_100/sm_120), this GPU is sm_%d%d",
                         major, minor);
-    nvfp4_inst *f = (nvfp4_inst *)calloc(1, sizeof *f);
-    if (!f) return fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-nvfp4: no host memory");
-    FP4_CUBLAS_GOTO(err, st, cublasLtCreate(&f->lt), fail);
-    st = fp4_gpu_alloc(&f->ws, NVFP4_WORKSPACE_BYTES, "cuBLASLt workspace", err);
-    if (st != FP4_OK) goto fail;
-    *inst = f;
-    return FP4_OK;
-fail:
-    nvfp4_close(f);
-    return st;
+    return fp4_lt_open((fp4_lt_inst **)inst, err);
 }
 
 /* Conservative, as the FP4 GEMM libraries built on the same kernels demand
@@ -103,87 +80,17 @@ static void nvfp4_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            cudaFree(p->c[i].a);
-            cudaFree(p->c[i].b);
-            cudaFree(p->c[i].sa);
-            cudaFree(p->c[i].sb);
-            cudaFree(p->c[i].d);
-            if (p->c[i].op) cublasLtMatmulDescDestroy(p->c[i].op);
+            fp4_gpu_free(p->c[i].a, "cublaslt-nvfp4 A codes");
+            fp4_gpu_free(p->c[i].b, "cublaslt-nvfp4 B codes");
+            fp4_gpu_free(p->c[i].sa, "cublaslt-nvfp4 A scales");
+            fp4_gpu_free(p->c[i].sb, "cublaslt-nvfp4 B scales");
+            fp4_gpu_free(p->c[i].d, "cublaslt-nvfp4 D");
+            if (p->c[i].op) FP4_CUBLAS_RELEASE(cublasLtMatmulDescDestroy(p->c[i].op));
         }
         free(p->c);
     }
-    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    fp4_lt_gemm_destroy(&p->g);
     free(p);
-}
-
-/* The matmul descriptor of one copy: TN, 32F compute and scale type, VEC16
- * UE4M3 block scales for both operands, this copy's scale pointers. */
-static fp4_status nvfp4_make_desc(nvfp4_copy *c, fp4_err *err)
-{
-    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-    const void *sa = c->sb, *sb = c->sa; /* cuBLAS's A is our B */
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    FP4_CUBLAS_TRY(
-        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    FP4_CUBLAS_TRY(
-        err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                                                       &mode, sizeof mode));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                                                       &mode, sizeof mode));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                       &sa, sizeof sa));
-    FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                       &sb, sizeof sb));
-    return FP4_OK;
-}
-
-/* Asks the heuristic once (copy 0's descriptor; copies differ only in
- * pointers). Any non-success status or no result: UNSUPPORTED quoting
- * cuBLASLt's status number and name. */
-static fp4_status nvfp4_pick_algo(nvfp4_plan *p, fp4_err *err)
-{
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int count = 0;
-    const uint64_t ws = NVFP4_WORKSPACE_BYTES;
-    fp4_status st = FP4_OK;
-    cublasStatus_t hs;
-    memset(&res, 0, sizeof res);
-    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
-    FP4_CUBLAS_GOTO(err, st,
-                    cublasLtMatmulPreferenceSetAttribute(
-                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-                    out);
-    hs = cublasLtMatmulAlgoGetHeuristic(p->inst->lt, p->c[0].op, p->la, p->lb, p->ld, p->ld, pref,
-                                        1, &res, &count);
-    if (hs != CUBLAS_STATUS_SUCCESS) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-nvfp4: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k, (int)hs,
-                      cublasGetStatusName(hs));
-        goto out;
-    }
-    if (count < 1) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-nvfp4: cuBLASLt heuristic found no algorithm for %lldx%lldx%lld",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k);
-        goto out;
-    }
-    if (res.state != CUBLAS_STATUS_SUCCESS) {
-        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                      "cublaslt-nvfp4: cuBLASLt heuristic result for %lldx%lldx%lld: state %d %s",
-                      (long long)p->shape.m, (long long)p->shape.n, (long long)p->shape.k,
-                      (int)res.state, cublasGetStatusName(res.state));
-        goto out;
-    }
-    p->algo = res.algo;
-out:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    return st;
 }
 
 /* Swizzles the plain scales of x on the host into a malloc'ed buffer of
@@ -235,33 +142,26 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
         st = fp4_fail(err, FP4_ERR_NOMEM, "cublaslt-nvfp4: no host memory for the plan");
         goto out;
     }
-    p->inst = (nvfp4_inst *)inst;
-    p->shape = *s;
+    p->inst = (fp4_lt_inst *)inst;
     p->alpha = pr->alpha;
     p->copies = copies;
-    /* Column-major views (rows, cols, ld in elements) as described at the top. */
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->n, s->k),
-        out);
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_4F_E2M1, (uint64_t)s->k, (uint64_t)s->m, s->k),
-        out);
-    FP4_CUBLAS_GOTO(
-        err, st,
-        cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, (uint64_t)s->n, (uint64_t)s->m, s->n), out);
+    /* codes as they are: CUDA_R_4F_E2M1 layouts count elements, not bytes */
+    if ((st = fp4_lt_gemm_init(&p->g, s, CUDA_R_4F_E2M1, err)) != FP4_OK) goto out;
     for (int i = 0; i < copies; i++) {
         nvfp4_copy *c = &p->c[i];
         if ((st = fp4_gpu_upload(&c->a, pr->a->codes, a_bytes, "A codes", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->b, pr->b->codes, b_bytes, "B codes", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->sa, hsa, sa_bytes, "A swizzled scales", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->sb, hsb, sb_bytes, "B swizzled scales", err)) != FP4_OK ||
-            (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK ||
-            (st = nvfp4_make_desc(c, err)) != FP4_OK)
+            (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
+            goto out;
+        /* TN, 32F compute and scale type, VEC16 UE4M3 block scales for both */
+        if ((st = fp4_lt_desc_create(&c->op, c->sa, c->sb,
+                                     CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, err)) != FP4_OK)
             goto out;
     }
-    if ((st = nvfp4_pick_algo(p, err)) != FP4_OK) goto out;
+    if ((st = fp4_lt_pick_algo(p->inst, &p->g, p->c[0].op, "cublaslt-nvfp4", err)) != FP4_OK)
+        goto out;
     *plan = p;
     p = NULL;
     st = FP4_OK;
@@ -277,7 +177,7 @@ static fp4_status nvfp4_poison(void *plan, int copy, void *stream, fp4_err *err)
     nvfp4_plan *p = (nvfp4_plan *)plan;
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
-    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n,
+    return fp4_gpu_poison_bf16(p->c[copy].d, (size_t)p->g.shape.m * (size_t)p->g.shape.n,
                                (cudaStream_t)stream, err);
 }
 
@@ -289,11 +189,8 @@ static fp4_status nvfp4_run(void *plan, int copy, void *stream, fp4_err *err)
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
     const nvfp4_copy *c = &p->c[copy];
-    const float beta = 0.0f;
-    FP4_CUBLAS_TRY(err, cublasLtMatmul(p->inst->lt, c->op, &p->alpha, c->b, p->la, c->a, p->lb,
-                                       &beta, c->d, p->ld, c->d, p->ld, &p->algo, p->inst->ws,
-                                       NVFP4_WORKSPACE_BYTES, (cudaStream_t)stream));
-    return FP4_OK;
+    return fp4_lt_run(p->inst, &p->g, c->op, &p->alpha, c->a, c->b, c->d, (cudaStream_t)stream,
+                      err);
 }
 
 static fp4_status nvfp4_read_output(void *plan, int copy, float *d, fp4_err *err)
@@ -301,7 +198,7 @@ static fp4_status nvfp4_read_output(void *plan, int copy, float *d, fp4_err *err
     nvfp4_plan *p = (nvfp4_plan *)plan;
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
-    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
+    return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->g.shape.m * (size_t)p->g.shape.n, d, err);
 }
 
 /* Exactly the NVFP4 minimum: codes, padded swizzled scales, bf16 D. */

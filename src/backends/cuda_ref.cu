@@ -64,11 +64,11 @@ static void ref_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            cudaFree(p->c[i].a);
-            cudaFree(p->c[i].sa);
-            cudaFree(p->c[i].b);
-            cudaFree(p->c[i].sb);
-            cudaFree(p->c[i].d);
+            fp4_gpu_free(p->c[i].a, "cuda-ref A codes");
+            fp4_gpu_free(p->c[i].sa, "cuda-ref A scales");
+            fp4_gpu_free(p->c[i].b, "cuda-ref B codes");
+            fp4_gpu_free(p->c[i].sb, "cuda-ref B scales");
+            fp4_gpu_free(p->c[i].d, "cuda-ref D");
         }
         free(p->c);
     }

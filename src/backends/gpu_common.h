@@ -38,6 +38,25 @@ extern "C" {
 /* After a kernel launch: the launch error, if any. */
 #define FP4_CUDA_LAUNCH_TRY(err) FP4_CUDA_TRY(err, cudaGetLastError())
 
+/* Cleanup calls (cudaFree, cudaEventDestroy, cudaStreamDestroy,
+ * cudaGraphDestroy, ...) cannot fail their caller, but must not fail
+ * silently either: a failure usually means an earlier kernel broke the
+ * context. fp4_gpu_released(e, ...) does nothing for cudaSuccess; otherwise it
+ * prints one line on stderr, "fp4bench: warning: FILE:LINE: CALL failed:
+ * ERROR", and clears a non-sticky error so that the next unrelated check does
+ * not report it again. Returns 1 if the call failed, else 0. */
+int fp4_gpu_released(cudaError_t e, const char *call, const char *file, int line);
+#define FP4_CUDA_RELEASE(call) fp4_gpu_released((call), #call, __FILE__, __LINE__)
+
+/* cudaFree(ptr) checked as above; NULL is a no-op. `what` names the buffer in
+ * the warning ("cublas-bf16 A copy"). Returns 1 if the free failed. */
+int fp4_gpu_free(void *ptr, const char *what);
+
+/* A light phase on stream: one thread waits on the GPU timer for `us`
+ * microseconds (near-idle power, but the GPU stays busy, so the driver sees
+ * no idle gap). Used between the samples of an interleaved rate measurement. */
+fp4_status fp4_gpu_light_phase(double us, cudaStream_t stream, fp4_err *err);
+
 /* FP4_OK when a CUDA device of compute capability >= min_major.min_minor is
  * present (and, if max_major > 0, of major <= max_major); else
  * FP4_ERR_UNSUPPORTED with the reason ("no CUDA device: ...", "needs sm_90,

@@ -7,6 +7,7 @@
  * and the last copy on poisoned output, then interleaved timing rounds. */
 #include "fp4/engine.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,10 @@
 #define MIN_BATCH 64             /* calls per graph replay, at least */
 #define MAX_SAMPLE_US 20000.0    /* ...unless a replay would last longer than this */
 #define SPOT_CHECKS 64          /* elements of a reference row checked naively */
+/* The light phase after each sample of an interleaved rate measurement, as a
+ * multiple of the sample's length (docs/MEASUREMENT.md, "Ceilings"). */
+#define RATE_LIGHT_RATIO 1.0
+#define CEILING_MAX_TIME_S 3.0  /* per pass: the ceilings are a yardstick, not a subject */
 
 typedef struct open_backend {
     const fp4_backend_ops *ops;
@@ -43,6 +48,9 @@ struct fp4_engine {
     fp4_nvml *nvml;
     open_backend open[MAX_OPEN];
     int nopen;
+    /* > 0 only while a rate is measured interleaved: after every sample a
+     * light phase of light_ratio times the sample's length */
+    double light_ratio;
 #ifdef FP4_HAVE_CUDA
     cudaStream_t stream;
     cudaEvent_t ev0, ev1;
@@ -59,6 +67,7 @@ typedef struct slot {
     int active; /* verified, being timed */
     int gpu;
     int done;   /* stop rule satisfied */
+    fp4_status fail; /* why the slot stopped (FP4_OK while it has not) */
     double t_est_us;
     double *samples;
     int ns, cap;
@@ -135,10 +144,10 @@ void fp4_engine_destroy(fp4_engine *e)
         if (e->open[i].st == FP4_OK) e->open[i].ops->close(e->open[i].inst);
     fp4_nvml_close(e->nvml);
 #ifdef FP4_HAVE_CUDA
-    if (e->flush) cudaFree(e->flush);
-    if (e->ev0) cudaEventDestroy(e->ev0);
-    if (e->ev1) cudaEventDestroy(e->ev1);
-    if (e->stream) cudaStreamDestroy(e->stream);
+    fp4_gpu_free(e->flush, "the L2 flush buffer");
+    if (e->ev0) FP4_CUDA_RELEASE(cudaEventDestroy(e->ev0));
+    if (e->ev1) FP4_CUDA_RELEASE(cudaEventDestroy(e->ev1));
+    if (e->stream) FP4_CUDA_RELEASE(cudaStreamDestroy(e->stream));
 #endif
     free(e);
 }
@@ -358,7 +367,7 @@ static fp4_status capture_batch(fp4_engine *e, slot *s, fp4_err *err)
     if (ce != cudaSuccess)
         st = fp4_fail(err, FP4_ERR_CUDA, "graph instantiation failed: %s", cudaGetErrorString(ce));
 out:
-    if (graph) cudaGraphDestroy(graph);
+    if (graph) FP4_CUDA_RELEASE(cudaGraphDestroy(graph));
     /* a failed capture leaves a sticky-free error behind; clear it so the next
      * backend's calls do not report it (only then: a success must not hide a
      * backend's asynchronous error from the checks that follow) */
@@ -436,6 +445,38 @@ static fp4_status take_sample(fp4_engine *e, slot *s, double *us, fp4_err *err)
 #endif
 }
 
+static void sleep_us(double us)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(us * 1e-6);
+    ts.tv_nsec = (long)((us - (double)ts.tv_sec * 1e6) * 1e3);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* After a sample of `us` per call (interleaved rate measurements only): a
+ * light phase light_ratio times as long as the sample, so the next sample
+ * starts with the clock recovered, as a row's sample does after the lighter
+ * kernels of its round. On the GPU one thread waits on the timer; a CPU slot
+ * sleeps. */
+static fp4_status light_phase(fp4_engine *e, const slot *s, double us, fp4_err *err)
+{
+    double light_us = e->light_ratio * us * s->row.batch;
+    if (!(light_us > 0)) return FP4_OK;
+    if (!s->gpu) {
+        sleep_us(light_us);
+        return FP4_OK;
+    }
+#ifdef FP4_HAVE_CUDA
+    fp4_status st = fp4_gpu_light_phase(light_us, e->stream, err);
+    if (st != FP4_OK) return st;
+    FP4_CUDA_TRY(err, cudaStreamSynchronize(e->stream));
+    return FP4_OK;
+#else
+    return fp4_fail(err, FP4_ERR_INTERNAL, "GPU backend in a CPU-only build");
+#endif
+}
+
 static void telemetry_sample(fp4_engine *e, slot *s)
 {
     fp4_nvml_sample t;
@@ -501,6 +542,7 @@ static void fill_telemetry(slot *s, double warm_clock)
 static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *stage)
 {
     s->row.state = st == FP4_ERR_UNSUPPORTED ? FP4_ROW_UNSUPPORTED : FP4_ROW_FAILED;
+    s->fail = st;
     if (s->row.state == FP4_ROW_UNSUPPORTED)
         snprintf(s->row.reason, sizeof s->row.reason, "%s", fp4_err_text(err));
     else
@@ -552,13 +594,36 @@ static fp4_status verify_copy(fp4_engine *e, slot *s, const fp4_gemm_problem *p,
 static void slot_free(slot *s)
 {
 #ifdef FP4_HAVE_CUDA
-    if (s->exec) cudaGraphExecDestroy(s->exec);
+    if (s->exec) FP4_CUDA_RELEASE(cudaGraphExecDestroy(s->exec));
 #endif
     if (s->plan) s->ops->release(s->plan);
     free(s->samples);
     free(s->launch);
     free(s->clock);
     memset(s, 0, sizeof *s);
+}
+
+/* Forget a finished measurement (its samples went to its row) so that the
+ * same plans can be timed again; the batch and the captured graph stay. */
+static void slot_reset_timing(slot *s)
+{
+    free(s->launch);
+    free(s->clock);
+    free(s->samples);
+    s->samples = s->launch = s->clock = NULL;
+    s->ns = s->cap = s->nl = s->ntel = 0;
+    s->done = 0;
+    s->power_sum = s->temp_max = s->mem_clock = 0;
+    memset(&s->row.t, 0, sizeof s->row.t);
+    memset(&s->row.t_launch, 0, sizeof s->row.t_launch);
+    memset(&s->row.tel, 0, sizeof s->row.tel);
+    s->row.timed_out = 0;
+    s->row.samples = NULL;
+    s->row.nsamples = 0;
+    s->row.has_ratio = 0;
+    s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 0;
+    s->row.tflops = s->row.gbps = s->row.floor_us = 0;
+    s->row.pct_roofline = s->row.pct_peak = -1;
 }
 
 /* Interleaved timing of every active slot: warm-up by time, then rounds
@@ -576,6 +641,7 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
             if (!slots[i].active) continue;
             any = 1;
             fp4_status st = take_sample(e, &slots[i], &us, &serr);
+            if (st == FP4_OK) st = light_phase(e, &slots[i], us, &serr);
             if (st != FP4_OK) slot_fail(&slots[i], st, &serr, "warm-up");
         }
     } while (any && (now_s() - t0) * 1e3 < e->set.warmup_ms);
@@ -595,7 +661,11 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
                 continue;
             }
             if ((st = push_sample(&s->samples, &s->ns, &s->cap, us, err)) != FP4_OK) return st;
-            telemetry_sample(e, s);
+            telemetry_sample(e, s); /* before the light phase: the clock of the sample */
+            if ((st = light_phase(e, s, us, &serr)) != FP4_OK) {
+                slot_fail(s, st, &serr, "light phase");
+                continue;
+            }
             /* the stats sort every sample: recompute them only on a geometric
              * schedule so that very fast kernels do not spend their time here */
             if (s->ns > 32 && s->ns % (s->ns / 16) != 0 &&
@@ -657,10 +727,21 @@ static void fill_ratio(slot *s, const slot *base)
     free(r);
 }
 
+/* How run_case measures: rows verify and time once with no light phase; a
+ * rate measurement skips verification and times the same plans once per
+ * light ratio (one set of rows each). */
+typedef struct case_opts {
+    int verify;
+    const double *light; /* [npasses] light ratios; NULL: one pass, none */
+    int npasses;
+    fp4_status *fail;    /* optional [nb]: each backend's failure, FP4_OK if none */
+} case_opts;
+
 static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_ops *const *backends,
                            int nb, fp4_report *report, fp4_row_callback cb, void *user,
-                           int verify, fp4_err *err)
+                           const case_opts *opt, fp4_err *err)
 {
+    const int verify = opt->verify;
     fp4_status st;
     fp4_matrix a = {0}, b = {0};
     slot *slots = calloc((size_t)nb, sizeof *slots);
@@ -756,44 +837,54 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         }
     }
 
-    /* time the verified ones together */
-    if (!e->set.verify_only) {
-        for (int i = 0; i < nb; i++) {
-            fp4_err berr;
-            if (!slots[i].active) continue;
-            if ((st = plan_batch(e, &slots[i], &berr)) != FP4_OK) slot_fail(&slots[i], st, &berr, "timing setup");
+    for (int pass = 0; pass < (opt->light ? opt->npasses : 1); pass++) {
+        e->light_ratio = opt->light ? opt->light[pass] : 0;
+        /* time the verified ones together */
+        if (!e->set.verify_only) {
+            for (int i = 0; i < nb; i++) {
+                fp4_err berr;
+                if (pass > 0) slot_reset_timing(&slots[i]);
+                if (!slots[i].active || pass > 0) continue;
+                if ((st = plan_batch(e, &slots[i], &berr)) != FP4_OK)
+                    slot_fail(&slots[i], st, &berr, "timing setup");
+            }
+            if ((st = time_slots(e, slots, nb, &warm_clock, err)) != FP4_OK) goto out;
         }
-        if ((st = time_slots(e, slots, nb, &warm_clock, err)) != FP4_OK) goto out;
-    }
 
-    const slot *base = NULL;
-    for (int i = 0; i < nb; i++)
-        if (e->set.baseline[0] && strcmp(slots[i].ops->name, e->set.baseline) == 0) base = &slots[i];
-    for (int i = 0; i < nb; i++) {
-        slot *s = &slots[i];
-        if (s->active && !e->set.verify_only) {
-            fill_metrics(e, report, s);
-            fill_telemetry(s, warm_clock);
-            if (base && base != s) fill_ratio(s, base);
-            if (base == s) {
-                s->row.has_ratio = 1;
-                s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 1.0;
+        const slot *base = NULL;
+        for (int i = 0; i < nb; i++)
+            if (e->set.baseline[0] && strcmp(slots[i].ops->name, e->set.baseline) == 0)
+                base = &slots[i];
+        for (int i = 0; i < nb; i++) {
+            slot *s = &slots[i];
+            if (s->active && !e->set.verify_only) {
+                fill_metrics(e, report, s);
+                fill_telemetry(s, warm_clock);
+                if (base && base != s) fill_ratio(s, base);
+                if (base == s) {
+                    s->row.has_ratio = 1;
+                    s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 1.0;
+                }
             }
         }
-    }
-    for (int i = 0; i < nb; i++) {
-        slot *s = &slots[i];
-        { /* the row owns every sample; the JSON holds them with --samples */
-            s->row.samples = s->samples;
-            s->row.nsamples = s->ns;
-            s->samples = NULL;
+        for (int i = 0; i < nb; i++) {
+            slot *s = &slots[i];
+            { /* the row owns every sample; the JSON holds them with --samples */
+                s->row.samples = s->samples;
+                s->row.nsamples = s->ns;
+                s->samples = NULL;
+            }
+            if ((st = fp4_report_add(report, &s->row, err)) != FP4_OK) goto out;
+            if (cb) cb(report, &report->rows[report->nrows - 1], user);
         }
-        if ((st = fp4_report_add(report, &s->row, err)) != FP4_OK) goto out;
-        if (cb) cb(report, &report->rows[report->nrows - 1], user);
     }
     st = FP4_OK;
 out:
-    for (int i = 0; i < nb; i++) slot_free(&slots[i]);
+    e->light_ratio = 0;
+    for (int i = 0; i < nb; i++) {
+        if (opt->fail) opt->fail[i] = slots[i].ops ? slots[i].fail : st;
+        slot_free(&slots[i]);
+    }
     free(slots);
     free(r);
     free(d);
@@ -806,36 +897,73 @@ fp4_status fp4_engine_run_case(fp4_engine *e, const fp4_case *c, int case_index,
                                const fp4_backend_ops *const *backends, int nbackends,
                                fp4_report *report, fp4_row_callback cb, void *user, fp4_err *err)
 {
+    const case_opts opt = {1, NULL, 0, NULL};
     (void)case_index;
-    return run_case(e, c, backends, nbackends, report, cb, user, 1, err);
+    return run_case(e, c, backends, nbackends, report, cb, user, &opt, err);
 }
 
-/* ---- ceilings ------------------------------------------------------------------------ */
+/* ---- rates and ceilings --------------------------------------------------------------- */
 
-#ifdef FP4_HAVE_CUDA
-/* Rate of one backend at 8192^3 on the run's data kind, timed like any row but not
- * verified (the vendor GEMMs are the yardstick here, not the subject). */
-static double backend_rate(fp4_engine *e, const char *name)
+fp4_status fp4_engine_measure_rate(fp4_engine *e, const fp4_backend_ops *ops,
+                                   const fp4_shape *shape, fp4_rate *out, fp4_err *err)
 {
-    const fp4_backend_ops *ops = fp4_backend_find(name);
+    const double light[2] = {RATE_LIGHT_RATIO, 0.0}; /* interleaved, then sustained */
+    fp4_status fail = FP4_OK;
+    case_opts o = {0, light, 2, NULL};
+    fp4_case c;
     fp4_report tmp;
-    fp4_case c = {{8192, 8192, 8192}, "ceiling"};
     fp4_settings saved = e->set;
-    double rate = 0;
-    if (!ops) return 0;
+    fp4_status st;
+    memset(out, 0, sizeof *out);
     memset(&tmp, 0, sizeof tmp);
-    /* the same kind of data as the rows: tensor-core power, hence clocks,
-     * depends on the operand bits (codes data ran cuBLAS bf16 at 722 TFLOP/s
-     * on the H200, gaussian NVFP4 values at 837) */
+    memset(&c, 0, sizeof c);
+    if (!ops || !shape) return fp4_fail(err, FP4_ERR_INVALID_ARG, "measure_rate: NULL argument");
+    c.shape = *shape;
+    snprintf(c.label, sizeof c.label, "rate");
+    o.fail = &fail;
+    /* cold L2 and the rows' batch rule, on the run's kind of data: tensor-core
+     * power, hence the clock, depends on the operand bits (codes data ran
+     * cuBLAS bf16 at 722 TFLOP/s on the H200, gaussian NVFP4 values at 837);
+     * not verified: the vendor GEMMs are the yardstick here, not the subject */
     e->set.hot = 0;
     e->set.baseline[0] = '\0';
-    e->set.stop.max_time_s = 3;
-    if (run_case(e, &c, &ops, 1, &tmp, NULL, NULL, 0, NULL) == FP4_OK && tmp.nrows == 1 &&
-        tmp.rows[0].state == FP4_ROW_OK)
-        rate = tmp.rows[0].tflops;
+    e->set.measure_launch = 0;
+    e->set.verify_only = 0;
+    st = run_case(e, &c, &ops, 1, &tmp, NULL, NULL, &o, err);
     e->set = saved;
+    if (st == FP4_OK && tmp.nrows != 2)
+        st = fp4_fail(err, FP4_ERR_INTERNAL, "measure_rate: %d rows, want 2", tmp.nrows);
+    for (int i = 0; st == FP4_OK && i < 2; i++)
+        if (tmp.rows[i].state != FP4_ROW_OK)
+            st = fp4_fail(err, fail != FP4_OK ? fail : FP4_ERR_INTERNAL, "%s", tmp.rows[i].reason);
+    if (st == FP4_OK) {
+        out->light_ratio = light[0];
+        out->interleaved = tmp.rows[0].t;
+        out->interleaved_tflops = tmp.rows[0].tflops;
+        out->interleaved_timed_out = tmp.rows[0].timed_out;
+        out->sustained = tmp.rows[1].t;
+        out->sustained_tflops = tmp.rows[1].tflops;
+        out->sustained_timed_out = tmp.rows[1].timed_out;
+        out->batch = tmp.rows[0].batch;
+        out->copies = tmp.rows[0].copies;
+    }
     fp4_report_free(&tmp);
-    return rate;
+    return st;
+}
+
+#ifdef FP4_HAVE_CUDA
+/* One tensor-rate ceiling at 8192^3, both ways; 0 when the backend cannot
+ * run here (e.g. fp8 before sm_89): "not measured", as the JSON says. */
+static void ceiling_rate(fp4_engine *e, const char *name, double *interleaved, double *sustained)
+{
+    const fp4_backend_ops *ops = fp4_backend_find(name);
+    const fp4_shape big = {8192, 8192, 8192};
+    fp4_rate r;
+    *interleaved = *sustained = 0;
+    if (ops && fp4_engine_measure_rate(e, ops, &big, &r, NULL) == FP4_OK) {
+        *interleaved = r.interleaved_tflops;
+        *sustained = r.sustained_tflops;
+    }
 }
 #endif
 
@@ -845,14 +973,17 @@ fp4_status fp4_engine_measure_ceilings(fp4_engine *e, fp4_report *report, fp4_er
     memset(c, 0, sizeof *c);
     if (!e->dev.present) return FP4_OK;
 #ifdef FP4_HAVE_CUDA
-    double best = 0, median = 0;
+    double best = 0, median = 0, max_time = e->set.stop.max_time_s;
     size_t bytes = (size_t)4 << 30; /* >= 4 GiB, far beyond any L2 */
     if (e->dev.mem_bytes < 3.0 * (double)bytes) bytes = (size_t)(e->dev.mem_bytes / 3);
     fp4_status st = fp4_probe_read_bandwidth(bytes, 10, &best, &median, err);
     if (st != FP4_OK) return st;
     c->read_gbps = median;
-    c->bf16_tflops = backend_rate(e, "cublas-bf16");
-    c->fp8_tflops = backend_rate(e, "cublaslt-fp8");
+    e->set.stop.max_time_s = CEILING_MAX_TIME_S;
+    ceiling_rate(e, "cublas-bf16", &c->bf16_tflops, &c->bf16_sustained_tflops);
+    ceiling_rate(e, "cublaslt-fp8", &c->fp8_tflops, &c->fp8_sustained_tflops);
+    e->set.stop.max_time_s = max_time;
+    c->light_ratio = RATE_LIGHT_RATIO;
     c->measured = 1;
 #endif
     return FP4_OK;

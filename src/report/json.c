@@ -168,6 +168,9 @@ static void w_ceilings(jw *w, cJSON *root, const fp4_ceilings *c)
     w_num(w, o, "read_gbps", c->read_gbps);
     w_num(w, o, "bf16_tflops", c->bf16_tflops);
     w_num(w, o, "fp8_tflops", c->fp8_tflops);
+    w_num(w, o, "bf16_sustained_tflops", c->bf16_sustained_tflops);
+    w_num(w, o, "fp8_sustained_tflops", c->fp8_sustained_tflops);
+    w_num(w, o, "light_ratio", c->light_ratio);
     w_num(w, o, "cpu_gflops", c->cpu_gflops);
 }
 
@@ -574,6 +577,10 @@ static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
     TRY(r_num(c, o, w, "read_gbps", 0, &ce->read_gbps));
     TRY(r_num(c, o, w, "bf16_tflops", 0, &ce->bf16_tflops));
     TRY(r_num(c, o, w, "fp8_tflops", 0, &ce->fp8_tflops));
+    /* absent (NaN) in files from before: their rates were measured back to back */
+    TRY(r_num(c, o, w, "bf16_sustained_tflops", 0, &ce->bf16_sustained_tflops));
+    TRY(r_num(c, o, w, "fp8_sustained_tflops", 0, &ce->fp8_sustained_tflops));
+    TRY(r_num(c, o, w, "light_ratio", 0, &ce->light_ratio));
     TRY(r_num(c, o, w, "cpu_gflops", 0, &ce->cpu_gflops));
 out:
     return st;

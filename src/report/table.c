@@ -212,6 +212,22 @@ static void fmt_cuda_version(char *b, size_t n, int v)
     else snprintf(b, n, "%d.%d", v / 1000, (v % 1000) / 10);
 }
 
+/* ", bf16 834 TFLOP/s (sustained 730)": the interleaved rate the roofline
+ * uses, then the back-to-back one when known (files from before it have
+ * none). always: print even when not measured (0). */
+static void print_rate_ceiling(FILE *f, const char *what, double rate, double sustained,
+                               int always)
+{
+    char b1[32], b2[32];
+    if (!always && !(rate > 0)) return;
+    fmt_rate(b1, sizeof b1, rate);
+    fprintf(f, ", %s %s TFLOP/s", what, b1);
+    if (sustained > 0) {
+        fmt_rate(b2, sizeof b2, sustained);
+        fprintf(f, " (sustained %s)", b2);
+    }
+}
+
 /* The header lines; every line starts with a word and a colon so that
  * scripts can pick them out. */
 void fp4_report_print_header(FILE *f, const fp4_report *r)
@@ -249,12 +265,9 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
     fputs("ceilings: ", f);
     if (ce->measured) {
         fmt_rate(b1, sizeof b1, ce->read_gbps);
-        fmt_rate(b2, sizeof b2, ce->bf16_tflops);
-        fprintf(f, "measured read %s GB/s, bf16 %s TFLOP/s", b1, b2);
-        if (ce->fp8_tflops > 0) {
-            fmt_rate(b3, sizeof b3, ce->fp8_tflops);
-            fprintf(f, ", fp8 %s TFLOP/s", b3);
-        }
+        fprintf(f, "measured read %s GB/s", b1);
+        print_rate_ceiling(f, "bf16", ce->bf16_tflops, ce->bf16_sustained_tflops, 1);
+        print_rate_ceiling(f, "fp8", ce->fp8_tflops, ce->fp8_sustained_tflops, 0);
     } else {
         fputs("not measured", f);
     }

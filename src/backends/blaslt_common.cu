@@ -1,0 +1,139 @@
+/* Shared cuBLASLt plumbing (see blaslt_common.h). */
+#include "backends/blaslt_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/blas_common.h"
+
+extern "C" void fp4_lt_close(fp4_lt_inst *inst)
+{
+    if (!inst) return;
+    if (inst->lt) FP4_CUBLAS_RELEASE(cublasLtDestroy(inst->lt));
+    fp4_gpu_free(inst->ws, "cuBLASLt workspace");
+    free(inst);
+}
+
+extern "C" fp4_status fp4_lt_open(fp4_lt_inst **out, fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    *out = NULL;
+    fp4_lt_inst *f = (fp4_lt_inst *)calloc(1, sizeof *f);
+    if (!f) return fp4_fail(err, FP4_ERR_NOMEM, "cuBLASLt: no host memory");
+    FP4_CUBLAS_GOTO(err, st, cublasLtCreate(&f->lt), fail);
+    st = fp4_gpu_alloc(&f->ws, FP4_LT_WORKSPACE_BYTES, "cuBLASLt workspace", err);
+    if (st != FP4_OK) goto fail;
+    *out = f;
+    return FP4_OK;
+fail:
+    fp4_lt_close(f);
+    return st;
+}
+
+extern "C" fp4_status fp4_lt_gemm_init(fp4_lt_gemm *g, const fp4_shape *s, cudaDataType_t operand,
+                                       fp4_err *err)
+{
+    memset(g, 0, sizeof *g);
+    g->shape = *s;
+    /* column-major views (rows, cols, ld) as at the top of blaslt_common.h */
+    FP4_CUBLAS_TRY(err, cublasLtMatrixLayoutCreate(&g->la, operand, (uint64_t)s->k,
+                                                   (uint64_t)s->n, s->k));
+    FP4_CUBLAS_TRY(err, cublasLtMatrixLayoutCreate(&g->lb, operand, (uint64_t)s->k,
+                                                   (uint64_t)s->m, s->k));
+    FP4_CUBLAS_TRY(err, cublasLtMatrixLayoutCreate(&g->ld, CUDA_R_16BF, (uint64_t)s->n,
+                                                   (uint64_t)s->m, s->n));
+    return FP4_OK;
+}
+
+extern "C" void fp4_lt_gemm_destroy(fp4_lt_gemm *g)
+{
+    if (!g) return;
+    if (g->la) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->la));
+    if (g->lb) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->lb));
+    if (g->ld) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->ld));
+    g->la = g->lb = g->ld = NULL;
+}
+
+extern "C" fp4_status fp4_lt_desc_create(cublasLtMatmulDesc_t *op, const void *scale_of_a,
+                                         const void *scale_of_b, int32_t scale_mode, fp4_err *err)
+{
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    /* cuBLAS's A is our B: its scale goes to A_SCALE_POINTER */
+    const void *sa = scale_of_b, *sb = scale_of_a;
+    *op = NULL;
+    FP4_CUBLAS_TRY(err, cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FP4_CUBLAS_TRY(
+        err, cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    FP4_CUBLAS_TRY(
+        err, cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (scale_mode >= 0) {
+        FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(
+                                *op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scale_mode,
+                                sizeof scale_mode));
+        FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(
+                                *op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &scale_mode,
+                                sizeof scale_mode));
+    }
+    if (sa)
+        FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(
+                                *op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    if (sb)
+        FP4_CUBLAS_TRY(err, cublasLtMatmulDescSetAttribute(
+                                *op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_lt_pick_algo(const fp4_lt_inst *inst, fp4_lt_gemm *g,
+                                       cublasLtMatmulDesc_t op, const char *name, fp4_err *err)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int count = 0;
+    const uint64_t ws = FP4_LT_WORKSPACE_BYTES;
+    const fp4_shape *s = &g->shape;
+    fp4_status st = FP4_OK;
+    cublasStatus_t hs;
+    memset(&res, 0, sizeof res);
+    FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
+    FP4_CUBLAS_GOTO(err, st,
+                    cublasLtMatmulPreferenceSetAttribute(
+                        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                    out);
+    hs = cublasLtMatmulAlgoGetHeuristic(inst->lt, op, g->la, g->lb, g->ld, g->ld, pref, 1, &res,
+                                        &count);
+    if (hs != CUBLAS_STATUS_SUCCESS) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "%s: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s", name,
+                      (long long)s->m, (long long)s->n, (long long)s->k, (int)hs,
+                      cublasGetStatusName(hs));
+        goto out;
+    }
+    if (count < 1) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "%s: cuBLASLt heuristic found no algorithm for %lldx%lldx%lld", name,
+                      (long long)s->m, (long long)s->n, (long long)s->k);
+        goto out;
+    }
+    if (res.state != CUBLAS_STATUS_SUCCESS) {
+        st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                      "%s: cuBLASLt heuristic result for %lldx%lldx%lld: state %d %s", name,
+                      (long long)s->m, (long long)s->n, (long long)s->k, (int)res.state,
+                      cublasGetStatusName(res.state));
+        goto out;
+    }
+    g->algo = res.algo;
+out:
+    if (pref) FP4_CUBLAS_RELEASE(cublasLtMatmulPreferenceDestroy(pref));
+    return st;
+}
+
+extern "C" fp4_status fp4_lt_run(const fp4_lt_inst *inst, const fp4_lt_gemm *g,
+                                 cublasLtMatmulDesc_t op, const float *alpha, const void *a,
+                                 const void *b, void *d, cudaStream_t stream, fp4_err *err)
+{
+    const float beta = 0.0f;
+    FP4_CUBLAS_TRY(err, cublasLtMatmul(inst->lt, op, alpha, b, g->la, a, g->lb, &beta, d, g->ld,
+                                       d, g->ld, &g->algo, inst->ws, FP4_LT_WORKSPACE_BYTES,
+                                       stream));
+    return FP4_OK;
+}
