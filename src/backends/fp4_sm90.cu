@@ -310,12 +310,12 @@ static void sm90_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            cudaFree(p->c[i].a_codes);
-            cudaFree(p->c[i].a_sf);
-            cudaFree(p->c[i].b_codes);
-            cudaFree(p->c[i].b_sf);
-            cudaFree(p->c[i].d);
-            cudaFree(p->c[i].ws);
+            fp4_gpu_free(p->c[i].a_codes, "fp4-sm90 A codes");
+            fp4_gpu_free(p->c[i].a_sf, "fp4-sm90 A scales");
+            fp4_gpu_free(p->c[i].b_codes, "fp4-sm90 packed B codes");
+            fp4_gpu_free(p->c[i].b_sf, "fp4-sm90 packed B scales");
+            fp4_gpu_free(p->c[i].d, "fp4-sm90 D");
+            fp4_gpu_free(p->c[i].ws, "fp4-sm90 workspace");
         }
         free(p->c);
     }
