@@ -71,10 +71,10 @@ extern "C" fp4_status fp4_probe_read_bandwidth(size_t bytes, int reps, double *g
     *gbps = rates[reps - 1];
     *median_gbps = rates[reps / 2];
 out:
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    cudaFree(buf);
-    cudaFree(out);
+    if (e0) FP4_CUDA_RELEASE(cudaEventDestroy(e0));
+    if (e1) FP4_CUDA_RELEASE(cudaEventDestroy(e1));
+    fp4_gpu_free(buf, "bandwidth probe buffer");
+    fp4_gpu_free(out, "bandwidth probe sink");
     free(rates);
     return st;
 }
