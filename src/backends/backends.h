@@ -15,6 +15,8 @@ extern const fp4_backend_ops fp4_backend_cublas_bf16;
 extern const fp4_backend_ops fp4_backend_cublaslt_fp8;
 extern const fp4_backend_ops fp4_backend_cublaslt_nvfp4;
 extern const fp4_backend_ops fp4_backend_fp4_sm90;
+extern const fp4_backend_ops fp4_backend_quantize;
+extern const fp4_backend_ops fp4_backend_w4a4_sm90;
 #endif
 
 #ifdef __cplusplus

@@ -15,6 +15,8 @@ static const fp4_backend_ops *const builtin_backends[] = {
     &fp4_backend_cublaslt_fp8,
     &fp4_backend_cublaslt_nvfp4,
     &fp4_backend_fp4_sm90,
+    &fp4_backend_quantize,  /* the W4A4 step: the quantizer alone, then with the GEMM */
+    &fp4_backend_w4a4_sm90,
 #endif
 };
 
