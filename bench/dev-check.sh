@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call for kernel work in progress: build (sm_90a), the GPU tests,
+# the decode variants side by side, the quantizer and W4A4 rows, and Nsight
+# Compute of the newest decode kernel. Output under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/fp4out}
+mkdir -p "$OUT" /tmp/cjson
+for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
+export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+t0=$(date +%s)
+cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERROR=ON \
+      -DCMAKE_BUILD_TYPE=Release >/tmp/c.log 2>&1 && cmake --build build-dev -j16 >>/tmp/c.log 2>&1 ||
+  { grep -E "error|warning" -A3 /tmp/c.log | head -40; exit 1; }
+echo "== build $(( $(date +%s) - t0 )) s"
+B=./build-dev/fp4bench
+(cd build-dev && timeout 300 ctest --output-on-failure -R "gpu_|test_w4a4" -j 3) >"$OUT/ctest.txt" 2>&1
+grep -E "tests passed|Failed|Passed|\*\*\*|CHECK" "$OUT/ctest.txt" | head -30
+echo "== ctest $(( $(date +%s) - t0 )) s"
+bench/decode-study.sh "${DECODE_VARIANTS:-v1-decode v3-decode v4-decode}"
+echo "== quantize and w4a4 rows"
+$B run --backend quantize --shape 8192x1x8192,16384x1x4096 --no-ceilings --quiet --max-time 2 | tail -n +9 | head -8
+$B run --backend quantize,w4a4-sm90,cublas-bf16,fp4-sm90 --shape 16x2048x6144,1024x2048x6144 \
+  --no-ceilings --quiet --max-time 2 | tail -n +9 | head -12
+echo "== $(( $(date +%s) - t0 )) s"
+[ -n "${PROFILE:-}" ] && bench/profile-decode.sh "$PROFILE"
+echo "== done $(( $(date +%s) - t0 )) s"
