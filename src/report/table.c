@@ -123,7 +123,7 @@ static void make_cells(const fp4_row *w, const char *baseline, row_cells *rc)
         snprintf(rc->c[C_RATIO], CELL_LEN, "-");
     }
 
-    fmt_rate(rc->c[C_TFLOPS], CELL_LEN, w->t.count > 0 ? w->tflops : NAN);
+    fmt_rate(rc->c[C_TFLOPS], CELL_LEN, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN); /* quantize: no FLOPs */
     fmt_rate(rc->c[C_GBPS], CELL_LEN, w->t.count > 0 ? w->gbps : NAN);
     fmt_pct(rc->c[C_ROOF], CELL_LEN, w->t.count > 0 ? w->pct_roofline : NAN);
 
