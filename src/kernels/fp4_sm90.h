@@ -31,9 +31,15 @@
  *   2 "v2-prefill"  large M: 128x128x64 tiles, 8 warps (64x32 each), 4-stage
  *                   cp.async pipeline of packed codes + scales, dequantized
  *                   from shared memory straight into MMA fragments.
+ *   4 "v4-decode"   small M: weights packed so that a lane's 16 k of a k-step
+ *                   are one scale block, so its token fragment is one 8-byte
+ *                   load of A (no shared-memory staging); a warp covers 32 or
+ *                   64 rows and a K range; split K through red.global.add.v4
+ *                   and an arrival counter (src/kernels/fp4_sm90_decode4.cu).
+ *   5 "v5-prefill"  large M: wgmma (sm_90a) (src/kernels/fp4_sm90_prefill5.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
- * FP4_SM90_KERNEL=decode|prefill|v1-decode|v2-prefill|v3-decode|decode3|1|2|3.
+ * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
  */
 #ifndef FP4_SM90_H
 #define FP4_SM90_H
