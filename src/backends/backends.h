@@ -17,6 +17,9 @@ extern const fp4_backend_ops fp4_backend_cublaslt_nvfp4;
 extern const fp4_backend_ops fp4_backend_fp4_sm90;
 extern const fp4_backend_ops fp4_backend_quantize;
 extern const fp4_backend_ops fp4_backend_w4a4_sm90;
+/* The A operand (codes, swizzled scales) of one copy of an fp4-sm90 plan:
+ * w4a4-sm90 quantizes into it before the GEMM. */
+fp4_status fp4_sm90_plan_a(void *plan, int copy, uint8_t **codes, uint8_t **sf, fp4_err *err);
 #endif
 
 #ifdef __cplusplus

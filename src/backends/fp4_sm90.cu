@@ -442,6 +442,17 @@ static fp4_status sm90_read_output(void *plan, int copy, float *d, fp4_err *err)
     return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
 }
 
+extern "C" fp4_status fp4_sm90_plan_a(void *plan, int copy, uint8_t **codes, uint8_t **sf,
+                                     fp4_err *err)
+{
+    sm90_plan *p = (sm90_plan *)plan;
+    fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
+    if (st != FP4_OK) return st;
+    *codes = p->c[copy].a_codes;
+    *sf = p->c[copy].a_sf;
+    return FP4_OK;
+}
+
 static const char *sm90_variant_name(void *plan)
 {
     const sm90_plan *p = (const sm90_plan *)plan;
