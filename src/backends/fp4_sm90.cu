@@ -156,9 +156,11 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
      *   256x2048x6144 74 against 114, 64x768x6144 14.4 against 19.1).
      * - else v1-decode (16x2048x6144: 11.1 us against v3's 13.3). */
     if (m >= 512) return FP4_SM90_V2_PREFILL;
-    /* M <= 32: v4-decode (its token tiles are loaded per warp, so its cost
-     * grows with M faster than v3's; see docs/PERF.md for the measurement) */
-    if (m <= 32 && fp4_sm90_variant_fits(FP4_SM90_V4_DECODE, m, n, k, num_sms))
+    /* M < 512: v4-decode, faster than v1 and v3 at every decode shape
+     * measured (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against
+     * 11.2 / 13.4, 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46
+     * against 115 / 74.5) */
+    if (fp4_sm90_variant_fits(FP4_SM90_V4_DECODE, m, n, k, num_sms))
         return FP4_SM90_V4_DECODE;
     const int v3_wins = m > 32 || n * k >= ((int64_t)32 << 20);
     if (v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
