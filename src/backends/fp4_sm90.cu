@@ -155,7 +155,11 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
      *   v1's 60.4): v3-decode (64x2048x6144 28.3 us against v1's 37.0,
      *   256x2048x6144 74 against 114, 64x768x6144 14.4 against 19.1).
      * - else v1-decode (16x2048x6144: 11.1 us against v3's 13.3). */
-    if (m >= 512) return FP4_SM90_V2_PREFILL;
+    /* M >= 512: v5-prefill (wgmma; 2.2x v2 at every large shape measured by
+     * bench/prefill5-dev.sh, docs/PERF.md), v2 where v5 cannot run */
+    if (m >= 512)
+        return fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms) ? FP4_SM90_V5_PREFILL
+                                                                           : FP4_SM90_V2_PREFILL;
     /* M < 512: v4-decode, faster than v1 and v3 at every decode shape
      * measured (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against
      * 11.2 / 13.4, 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46

@@ -67,8 +67,8 @@ enum {
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
-#define FP4_SM90_V4_SUMMARY "small M: work-balanced split K, all loads in flight at once"
-#define FP4_SM90_V5_SUMMARY "large M: wgmma (sm_90a) on dequantized shared-memory tiles"
+#define FP4_SM90_V4_SUMMARY "small M: k-permuted weights, token fragments loaded per warp, split K via red.add"
+#define FP4_SM90_V5_SUMMARY "large M: wgmma, A dequantized in registers, B dequantized to swizzled smem"
 
 typedef struct fp4_sm90_variant {
     int id;              /* FP4_SM90_V* */
