@@ -76,27 +76,6 @@ static __device__ __forceinline__ uint16_t a_value(uint32_t code, float sf)
     return __half_as_ushort(h);
 }
 
-/* D[m, n .. n+3] = alpha * v in bf16 (columns >= N skipped); vec: N % 4 == 0,
- * one 8-byte store. */
-static __device__ __forceinline__ void store_out4(__nv_bfloat16 *d, int m, int n, int N,
-                                                  float4 v, float alpha, bool vec)
-{
-    __nv_bfloat16 *dp = d + (size_t)m * N + n;
-    if (vec) {
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(v.x * alpha, v.y * alpha);
-        __nv_bfloat162 p1 = __floats2bfloat162_rn(v.z * alpha, v.w * alpha);
-        uint2 pk;
-        memcpy(&pk.x, &p0, 4);
-        memcpy(&pk.y, &p1, 4);
-        *(uint2 *)dp = pk;
-    } else {
-        const float vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            if (n + q < N) dp[q] = __float2bfloat16_rn(vv[q] * alpha);
-    }
-}
-
 /* ---- the kernel ---------------------------------------------------------------- */
 
 /* bq: packed weight codes, bs: packed weight scales (see the top of the file).
@@ -255,7 +234,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const int m = m0 + tok, n = n0 + c4;
         if (m >= M || n >= N) continue;
         if (S == 1) {
-            store_out4(d, m, n, N, v, alpha_eff, vec_out);
+            store_bf16x4(d, m, n, N, v, alpha_eff, vec_out);
         } else {
             atomicAdd((float4 *)(ws + (size_t)m * Np + n), v);
         }
@@ -277,7 +256,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         float4 *wp = (float4 *)(ws + (size_t)m * Np + n);
         const float4 v = __ldcg(wp);
         __stcg(wp, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-        store_out4(d, m, n, N, v, alpha_eff, vec_out);
+        store_bf16x4(d, m, n, N, v, alpha_eff, vec_out);
     }
     if (tid == 0) *(volatile unsigned *)cnt = 0u;
 }

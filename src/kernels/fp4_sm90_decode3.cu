@@ -66,25 +66,6 @@
 
 /* ---- device helpers (the shared ones are in fp4_sm90_device.cuh) ---------------- */
 
-static __device__ __forceinline__ void d3_store4(__nv_bfloat16 *d, int m, int n, int N, float4 v,
-                                                 float alpha, bool vec)
-{
-    __nv_bfloat16 *dp = d + (size_t)m * N + n;
-    if (vec) {
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(v.x * alpha, v.y * alpha);
-        __nv_bfloat162 p1 = __floats2bfloat162_rn(v.z * alpha, v.w * alpha);
-        uint2 pk;
-        memcpy(&pk.x, &p0, 4);
-        memcpy(&pk.y, &p1, 4);
-        *(uint2 *)dp = pk;
-    } else {
-        const float vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            if (n + q < N) dp[q] = __float2bfloat16_rn(vv[q] * alpha);
-    }
-}
-
 /* cluster primitives (sm_90 PTX) */
 static __device__ __forceinline__ void d3_cluster_sync(void)
 {
@@ -331,7 +312,7 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
             v.z += w[q].z;
             v.w += w[q].w;
         }
-        d3_store4(d, m, n, N, v, alpha_eff, vec_out);
+        store_bf16x4(d, m, n, N, v, alpha_eff, vec_out);
     }
     (void)split;
     d3_cluster_sync(); /* peers may still read this block's partials */

@@ -79,25 +79,6 @@ static __device__ __forceinline__ void d4_red4(float *p, float4 v)
                  : "memory");
 }
 
-static __device__ __forceinline__ void d4_store4(__nv_bfloat16 *d, int m, int n, int N, float4 v,
-                                                 float alpha)
-{
-    __nv_bfloat16 *dp = d + (size_t)m * N + n;
-    if ((N & 3) == 0) {
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(v.x * alpha, v.y * alpha);
-        __nv_bfloat162 p1 = __floats2bfloat162_rn(v.z * alpha, v.w * alpha);
-        uint2 pk;
-        memcpy(&pk.x, &p0, 4);
-        memcpy(&pk.y, &p1, 4);
-        *(uint2 *)dp = pk;
-    } else {
-        const float vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            if (n + q < N) dp[q] = __float2bfloat16_rn(vv[q] * alpha);
-    }
-}
-
 /* One k-step's operands of one lane: RT weight tiles, their scales, NT token
  * fragments and their scales. */
 template <int RT, int NT>
@@ -255,7 +236,7 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
         }
         const int m = m0 + tok, n = n0 + c4;
         if (S == 1) {
-            if (m < M && n < N) d4_store4(d, m, n, N, v, alpha_eff);
+            if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
         } else {
             d4_red4(ws + (size_t)m * Np + n, v);
         }
@@ -276,7 +257,7 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
         float4 *wp = (float4 *)(ws + (size_t)m * Np + n);
         const float4 v = __ldcg(wp);
         __stcg(wp, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-        if (m < M && n < N) d4_store4(d, m, n, N, v, alpha_eff);
+        if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
     }
     if (tid == 0) *cnt = 0u;
 }

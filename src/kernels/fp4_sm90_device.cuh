@@ -5,9 +5,11 @@
 #ifndef FP4_SM90_DEVICE_CUH
 #define FP4_SM90_DEVICE_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 
 /* fp16x2 pattern of the two nibbles at bits 4r..4r+3 (low half) and
@@ -72,6 +74,27 @@ static __device__ __forceinline__ size_t swz_off(int64_t r, int64_t kb, int64_t 
 {
     return (size_t)(r >> 7) * (size_t)(kbp >> 2) * 512 + (size_t)(kb >> 2) * 512 +
            (size_t)(r & 31) * 16 + (size_t)((r >> 5) & 3) * 4 + (size_t)(kb & 3);
+}
+
+/* D[m, n..n+3] = bf16(v * alpha): one 8-byte store when vec (N % 4 == 0 and
+ * n % 4 == 0), else element by element up to column N. */
+static __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *d, int m, int n, int N,
+                                                    float4 v, float alpha, bool vec)
+{
+    __nv_bfloat16 *dp = d + (size_t)m * N + n;
+    if (vec) {
+        __nv_bfloat162 p0 = __floats2bfloat162_rn(v.x * alpha, v.y * alpha);
+        __nv_bfloat162 p1 = __floats2bfloat162_rn(v.z * alpha, v.w * alpha);
+        uint2 pk;
+        memcpy(&pk.x, &p0, 4);
+        memcpy(&pk.y, &p1, 4);
+        *(uint2 *)dp = pk;
+    } else {
+        const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            if (n + q < N) dp[q] = __float2bfloat16_rn(vv[q] * alpha);
+    }
 }
 
 #endif
