@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Short recorded call for the end of a session with little device time: build,
+# the fp4-sm90 GPU test (every variant forced), the issue-4 targets and the
+# prefill half of the M sweep. Output under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/fp4out}
+mkdir -p "$OUT" /tmp/cjson
+for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
+export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+exec > >(tee -a "$OUT/device.log") 2>&1
+cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERROR=ON \
+      -DCMAKE_BUILD_TYPE=Release >/tmp/c.log 2>&1 && cmake --build build-dev -j16 >>/tmp/c.log 2>&1 ||
+  { grep -E "error" -A3 /tmp/c.log | head -20; exit 1; }
+B=./build-dev/fp4bench
+$B --version | head -1
+timeout 120 ./build-dev/tests/gpu_fp4_sm90 >"$OUT/gpu_fp4_sm90.txt" 2>&1
+echo "gpu_fp4_sm90: exit $?"; tail -2 "$OUT/gpu_fp4_sm90.txt"
+$B run --preset targets --json "$OUT/targets.json" --quiet --max-time 2 \
+   --backend cublas-bf16,cublaslt-fp8,fp4-sm90,w4a4-sm90,quantize | grep -E "ceilings|fp4-sm90"
+$B run --shape 512x2048x6144,1024x2048x6144,2048x2048x6144,512x768x6144,1024x768x6144,8192x768x6144 \
+   --json "$OUT/prefill-m.json" --quiet --max-time 1 --no-ceilings \
+   --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90
