@@ -132,17 +132,14 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. small m (the measured thresholds are in the function): decode, v3 or
- *    v1. Its cost is the weight stream (once per 64 tokens,
- *    from L2 after the first chunk) plus the MMAs; it fills the GPU at any N
- *    through split K. Prefill has no split K: at m <= 256 it has at most
- *    2 * N/128 blocks (32 at N = 2048) for 132 SMs, several times slower.
- * 3. fewer 128x128 prefill tiles than SMs (one partial wave): decode, same
- *    reason;
- * 4. otherwise prefill: decode re-streams the weights and re-dequantizes them
- *    for every 64-token chunk.
- * The crossover was placed from the H200 measurements quoted below; the
- * sweep-m preset with FP4_SM90_KERNEL forcing each variant moves it. */
+ * 2. m >= 512: prefill (v5, else v2). Below, prefill has too few output tiles
+ *    to fill the GPU (at most 4 * N/128 blocks of 128x128 for 132 SMs, no
+ *    split K) and costs a full wave's time whatever the tile count;
+ * 3. m < 512: decode (v4, else v3, else v1): its cost is the weight stream
+ *    plus the dequantization, repeated per token chunk; split K fills the GPU
+ *    at any N.
+ * The threshold comes from the H200 measurements quoted below (docs/PERF.md
+ * says where it is wrong: N = 768, M = 512). */
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();

@@ -95,12 +95,10 @@ int fp4_sm90_forced(void);
 int fp4_sm90_variant_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms);
 
 /* The variant to run for (m, n, k) on a GPU with num_sms multiprocessors,
- * honouring the forced variant. The rule (see the definition for the reasons):
- *   decode  if m <= 256, or if 128x128 prefill tiles would not fill the GPU
- *           (ceil(m/128) * ceil(n/128) < num_sms): v3-decode where it was
- *           measured faster (m > 32 and n >= 2048, or n * k >= 2^25) and
- *           fits (fp4_sm90_decode3_fits), else v1-decode;
- *   prefill otherwise. */
+ * honouring the forced variant. The rule (see the definition for the
+ * measurements behind it):
+ *   m >= 512: v5-prefill (v2-prefill where v5 cannot run);
+ *   m <  512: v4-decode (v3-decode, then v1-decode, where v4 cannot run). */
 int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms);
 
 /* ---- operands ------------------------------------------------------------------ */
