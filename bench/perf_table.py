@@ -14,7 +14,8 @@ import sys
 # issue 4's targets: (M, N, K) -> (text, test(row, rows of the same shape) -> met?)
 def _bf16_ratio(r, same, want):
     b = same.get("cublas-bf16")
-    return b is not None and r["tflops"] >= want * b["tflops"]
+    return (b is not None and b["state"] == "ok" and b["tflops"] > 0
+            and r["tflops"] >= want * b["tflops"])
 
 
 def _bw_frac(r, same, want, bw):

@@ -144,14 +144,6 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    /* The chain, from the H200 measurements of commit 2ae9408 (docs/PERF.md):
-     * - M >= 512: v2-prefill. Its one wave of 128x128 tiles takes about
-     *   128 us at K=6144 whatever the tile count, while decode grows with M
-     *   (v1 221 us at 512, 430 us at 1024).
-     * - 32 < M < 512, or >= 32 MB of weights (16x28672x4096: 48.8 us against
-     *   v1's 60.4): v3-decode (64x2048x6144 28.3 us against v1's 37.0,
-     *   256x2048x6144 74 against 114, 64x768x6144 14.4 against 19.1).
-     * - else v1-decode (16x2048x6144: 11.1 us against v3's 13.3). */
     /* M >= 512: v5-prefill (wgmma; 2.2x v2 at every large shape measured by
      * bench/prefill5-dev.sh, docs/PERF.md), v2 where v5 cannot run */
     if (m >= 512)
@@ -166,7 +158,8 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
     const int v3_wins = m > 32 || n * k >= ((int64_t)32 << 20);
     if (v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
     if (m <= 256) return FP4_SM90_V1_DECODE;
-    return FP4_SM90_V2_PREFILL;
+    return fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms) ? FP4_SM90_V5_PREFILL
+                                                                       : FP4_SM90_V2_PREFILL;
 }
 
 extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
@@ -344,8 +337,8 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     const int variant = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
     if (!fp4_sm90_variant_fits(variant, s->m, s->n, s->k, inst->num_sms))
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 %s: cannot run %lldx%lldx%lld (its shared-memory slice does not "
-                        "fit); force another variant",
+                        "fp4-sm90 %s: cannot run %lldx%lldx%lld (shared-memory slice or grid "
+                        "too large); force another variant",
                         fp4_sm90_variant_by_id(variant)->name, (long long)s->m, (long long)s->n,
                         (long long)s->k);
     const size_t a_codes = (size_t)s->m * (size_t)(s->k / 2);

@@ -8,11 +8,13 @@
  * says why that round-trips), uploads `copies` sets (bf16 A in, codes and
  * swizzled scales out), runs the quantizer once and requires its output to
  * equal A bit for bit (else: unsupported, with the count of differing bytes).
- * run() is one quantizer launch. read_output() makes the engine's normal
- * verification apply end to end: it feeds the copy's freshly quantized A
- * (and B) to the exact GPU reference GEMM (the kernel behind cuda-ref) and
- * returns D, which equals the reference only if every code and scale byte is
- * right; it also fails if a padding byte of the swizzled scales is not zero. */
+ * run() is one quantizer launch. read_output() first compares the copy's
+ * freshly quantized codes and swizzled scales with the problem's A byte for
+ * byte (FP4_ERR_VERIFY on a difference: a D check alone cannot see a -0 code
+ * for +0, or a wrong scale of an all-zero block), then makes the engine's
+ * normal verification apply end to end: it feeds them (and B) to the exact
+ * GPU reference GEMM (the kernel behind cuda-ref) and returns D; it also fails
+ * if a padding byte of the swizzled scales is not zero. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,7 @@ typedef struct qz_plan {
     uint8_t *b_codes, *b_sf, *a_plain_sf;
     float *d;
     unsigned *bad_pad;
+    fp4_matrix want; /* the problem's A (host): the bytes every run must produce */
 } qz_plan;
 
 static fp4_status qz_open(void **inst, fp4_err *err)
@@ -121,6 +124,7 @@ static void qz_release(void *plan)
     fp4_gpu_free(p->a_plain_sf, "quantize a_plain_sf");
     fp4_gpu_free(p->d, "quantize d");
     fp4_gpu_free(p->bad_pad, "quantize bad_pad");
+    fp4_matrix_free(&p->want);
     free(p);
 }
 
@@ -146,6 +150,7 @@ static fp4_status qz_prepare(void *inst, const fp4_gemm_problem *pr, int copies,
     p->shape = *s;
     p->alpha = pr->alpha;
     p->copies = copies;
+    if ((st = fp4_matrix_copy(&p->want, pr->a, err)) != FP4_OK) goto out;
     if ((st = fp4_w4a4_activations(pr->a, hx, &p->encode_scale, err)) != FP4_OK) goto out;
     for (int i = 0; i < copies; i++) {
         qz_copy *c = &p->c[i];
@@ -235,6 +240,14 @@ static fp4_status qz_read_output(void *plan, int copy, float *d, fp4_err *err)
     const fp4_shape *s = &p->shape;
     const int kb = (int)(s->k / 16), kbp = (int)fp4_swizzled_kblocks(s->k);
     unsigned bad = 0;
+    FP4_CUDA_TRY(err, cudaDeviceSynchronize());
+    if ((st = fp4_w4a4_check_roundtrip("quantize", p->c[copy].codes, p->c[copy].sf, &p->want, err)) !=
+        FP4_OK) {
+        if (st != FP4_ERR_UNSUPPORTED) return st;
+        char why[FP4_ERR_MSG_LEN]; /* a wrong byte here is a failed run, not a limit */
+        snprintf(why, sizeof why, "%s", fp4_err_text(err));
+        return fp4_fail(err, FP4_ERR_VERIFY, "%s", why);
+    }
     FP4_CUDA_TRY(err, cudaMemset(p->bad_pad, 0, sizeof(unsigned)));
     const int64_t total = fp4_swizzled_rows(s->m) * kbp;
     const int64_t blocks = (total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096;

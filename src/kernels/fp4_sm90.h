@@ -98,7 +98,8 @@ int fp4_sm90_variant_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms);
  * honouring the forced variant. The rule (see the definition for the
  * measurements behind it):
  *   m >= 512: v5-prefill (v2-prefill where v5 cannot run);
- *   m <  512: v4-decode (v3-decode, then v1-decode, where v4 cannot run). */
+ *   m <  512: v4-decode (where v4 cannot run: v3-decode, v1-decode up to
+ *             m = 256, else the prefill rule). */
 int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms);
 
 /* ---- operands ------------------------------------------------------------------ */

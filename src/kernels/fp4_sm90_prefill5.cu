@@ -1,9 +1,8 @@
 /* fp4-sm90 "v5-prefill": NVFP4 x NVFP4 -> bf16 GEMM for large M on Hopper, wgmma.
  *
- * STATUS: compiles warning-free for 90a/100a/120a, host packing checked on the
- * CPU against the kernel's k permutation; NOT YET RUN ON A GPU (the session's
- * device time ran out before a run). P5_VERIFIED (below) keeps the family's
- * launch refusing until bench/prefill5-dev.sh passes on an H200.
+ * STATUS: verified on an H200 (bench/prefill5-dev.sh: every tail shape against
+ * the exact reference, memcheck clean; bench/results/2026-12-02-h200-s2-prefill5)
+ * and through fp4bench's GPU test; the default prefill kernel from M = 512.
  *
  * Design.
  * - CTA tile 128 (m) x BN (n) x 64 (k), BN = 256 or 128 (chosen per shape by
@@ -63,9 +62,9 @@
 #define P5_ROWB (P5_BK / 2) /* 32 code bytes per row per k-step */
 #define P5_TILE_ROWS 128    /* rows of one packed B block */
 #define P5_NPAD 256         /* packed B rows are padded to a multiple of this */
-/* 0 until bench/prefill5-dev.sh has passed on an H200: the family's launch then
- * reports FP4_ERR_UNSUPPORTED; fp4_sm90_prefill5_launch_bn (the harness) runs
- * the kernel regardless. */
+/* 1 since bench/prefill5-dev.sh passed on an H200. Set it to 0 while changing
+ * the kernel: the family's launch then reports FP4_ERR_UNSUPPORTED until the
+ * harness (fp4_sm90_prefill5_launch_bn runs the kernel regardless) passes. */
 #ifndef P5_VERIFIED
 #define P5_VERIFIED 1
 #endif
