@@ -26,13 +26,13 @@ extern "C" {
 extern "C" {
 size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
-size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n);
+size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k);
 size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
 void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n);
+size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k);
 int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_decode4_init(fp4_err *err);
 fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
@@ -52,7 +52,7 @@ typedef struct sm90_family {
     size_t (*codes_size)(int64_t n, int64_t k);
     size_t (*scales_size)(int64_t n, int64_t k);
     void (*pack_b)(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-    size_t (*ws_size)(int64_t m, int64_t n);                    /* NULL: no workspace */
+    size_t (*ws_size)(int64_t m, int64_t n, int64_t k);         /* NULL: no workspace */
     int (*fits)(int64_t m, int64_t n, int64_t k, int num_sms); /* NULL: any shape */
     fp4_status (*init)(fp4_err *err);
     fp4_status (*launch)(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
@@ -132,34 +132,35 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. m >= 512: prefill (v5, else v2). Below, prefill has too few output tiles
- *    to fill the GPU (at most 4 * N/128 blocks of 128x128 for 132 SMs, no
- *    split K) and costs a full wave's time whatever the tile count;
- * 3. m < 512: decode (v4, else v3, else v1): its cost is the weight stream
+ * 2. prefill (v5, else v2) when m >= 512 and m * n > 1024 * 768. Prefill has
+ *    no split K: below that it has too few output tiles (at most 48 of 128x128
+ *    for 132 SMs) and costs a full wave's time whatever the tile count, while
+ *    the decode kernel's time grows with m * n * k (about 1.4e-14 s per
+ *    multiply-add on the H200 from M = 512 up);
+ * 3. otherwise decode (v4, else v3, else v1): its cost is the weight stream
  *    plus the dequantization, repeated per token chunk; split K fills the GPU
  *    at any N.
- * The threshold comes from the H200 measurements quoted below (docs/PERF.md
- * says where it is wrong: N = 768, M = 512). */
+ * Measured on the H200 (docs/PERF.md, "The heuristic"): v4 against v5 forced,
+ * 512x768x6144 37.0 us against 71.0, 768x768 57.8 / 71.1, 1024x768 67.5 /
+ * 71.2, 512x2048 89.6 / 72.0. */
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    /* M >= 512: v5-prefill (wgmma; 2.2x v2 at every large shape measured by
-     * bench/prefill5-dev.sh, docs/PERF.md), v2 where v5 cannot run */
-    if (m >= 512)
-        return fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms) ? FP4_SM90_V5_PREFILL
-                                                                           : FP4_SM90_V2_PREFILL;
-    /* M < 512: v4-decode, faster than v1 and v3 at every decode shape
-     * measured (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against
-     * 11.2 / 13.4, 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46
-     * against 115 / 74.5) */
+    const int prefill = fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
+                            ? FP4_SM90_V5_PREFILL
+                            : FP4_SM90_V2_PREFILL;
+    if (m >= 512 && m * n > (int64_t)1024 * 768) return prefill;
+    /* v4-decode, faster than v1 and v3 at every decode shape measured
+     * (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against 11.2 / 13.4,
+     * 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46 against 115 /
+     * 74.5) */
     if (fp4_sm90_variant_fits(FP4_SM90_V4_DECODE, m, n, k, num_sms))
         return FP4_SM90_V4_DECODE;
     const int v3_wins = m > 32 || n * k >= ((int64_t)32 << 20);
-    if (v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
+    if (m < 512 && v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
     if (m <= 256) return FP4_SM90_V1_DECODE;
-    return fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms) ? FP4_SM90_V5_PREFILL
-                                                                       : FP4_SM90_V2_PREFILL;
+    return prefill;
 }
 
 extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
@@ -189,9 +190,8 @@ extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t 
 
 extern "C" size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k)
 {
-    (void)k;
     const sm90_family *f = sm90_family_of(variant);
-    return f && f->ws_size ? f->ws_size(m, n) : 0;
+    return f && f->ws_size ? f->ws_size(m, n, k) : 0;
 }
 
 extern "C" fp4_status fp4_sm90_init(fp4_err *err)

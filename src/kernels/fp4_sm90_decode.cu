@@ -340,9 +340,10 @@ static size_t dec_counters_bytes(int64_t m, int64_t n)
     size_t c = (size_t)(dec_np(n) / DEC_ROWS) * (size_t)((m + 63) / 64) * sizeof(unsigned);
     return (c + 255) / 256 * 256;
 }
-extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n);
-extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n)
+extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k);
+extern "C" size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k)
 {
+    (void)k; /* the partial sums do not depend on K */
     return dec_counters_bytes(m, n) + (size_t)m * (size_t)dec_np(n) * sizeof(float);
 }
 
@@ -412,7 +413,7 @@ extern "C" fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaSt
     S = (int)((KS + kper - 1) / kper); /* every split non-empty */
     if (rbs > 65535 * 64 || zc > 65535)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 decode: grid too large");
-    if (S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode_ws_size(a->m, a->n)))
+    if (S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode_ws_size(a->m, a->n, a->k)))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 decode: workspace missing or too small");
     unsigned *counters = (unsigned *)a->workspace;
     float *ws = a->workspace ? (float *)((char *)a->workspace + dec_counters_bytes(a->m, a->n)) : NULL;

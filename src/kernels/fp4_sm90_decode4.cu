@@ -332,8 +332,9 @@ size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k)
 }
 
 /* fp32 partial sums [zc * 8 * NT][Np] after the arrival counters. */
-size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n)
+size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k)
 {
+    (void)k; /* the partial sums do not depend on K */
     int rt, nt;
     d4_shape(m, &rt, &nt);
     const size_t rows = (size_t)((m + 8 * nt - 1) / (8 * nt)) * (size_t)(8 * nt);
@@ -385,7 +386,7 @@ fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t str
     d4_plan(a->m, a->n, a->k, a->num_sms, a->splits, &c);
     if (c.zc > 65535 || c.S > 65535)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v4-decode: grid too large");
-    if (c.S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode4_ws_size(a->m, a->n)))
+    if (c.S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode4_ws_size(a->m, a->n, a->k)))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 v4-decode: workspace missing or too small");
     unsigned *counters = (unsigned *)a->workspace;
     float *ws = a->workspace ? (float *)((char *)a->workspace + d4_counters_bytes(a->m, a->n)) : NULL;
