@@ -14,7 +14,7 @@ for vs in ${1:-"v4-decode:16x2048x6144 v4-decode:64x2048x6144"}; do
   if [ "$v" = quantize ]; then backend=quantize; kern="regex:quantize"; else backend=fp4-sm90; kern="regex:fp4_sm90"; fi
   echo "== ncu $v $shape"
   FP4_SM90_KERNEL=$v timeout 150 "$NCU" --clock-control none --kernel-name "$kern" \
-    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
     --section MemoryWorkloadAnalysis --section InstructionStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sectors_srcunit_tex_op_read.sum" \
