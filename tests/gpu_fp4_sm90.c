@@ -302,7 +302,7 @@ int main(void)
         {256, 768, 2880}, {3, 1, 48},
     };
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
-                            FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL};
+                            FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -352,6 +352,23 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
         test_gemm(ops, inst, FP4_SM90_V4_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+
+    /* v6-decode: forced splits (1, 3, 45: several staging chunks a block at
+     * 1 and 3, clamped to K's k-steps at 45), every token-tile count (M up to
+     * 8, 16, 32, 64 tokens a chunk), several chunks, a last row block past the
+     * 64-row padding (N = 200, 2000), the target shapes */
+    static const char *v6_splits[] = {"1", "3", "45"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_SPLITK", v6_splits[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 16, 768, 2880);
+        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 64, 200, 6144);
+        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 5, 2000, 2880);
+    }
+    unsetenv("FP4_SM90_SPLITK");
+    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
+        test_gemm(ops, inst, FP4_SM90_V6_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+    test_gemm(ops, inst, FP4_SM90_V6_DECODE, 31, 2000, 48);
+    test_gemm(ops, inst, FP4_SM90_V6_DECODE, 256, 768, 6144);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

@@ -42,6 +42,10 @@ void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scal
 int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill5_init(fp4_err *err);
 fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+size_t fp4_sm90_decode6_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_decode6_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode6_init(fp4_err *err);
+fp4_status fp4_sm90_decode6_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 }
 
 /* ---- variants, choice ------------------------------------------------------------ */
@@ -79,6 +83,9 @@ static const sm90_family sm90_families[] = {
      "prefill5", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
      fp4_sm90_prefill5_pack_b, NULL, fp4_sm90_prefill5_fits, fp4_sm90_prefill5_init,
      fp4_sm90_prefill5_launch, 0},
+    {{FP4_SM90_V6_DECODE, "v6-decode", FP4_SM90_V6_SUMMARY},
+     "decode6", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
+     fp4_sm90_decode6_ws_size, fp4_sm90_decode6_fits, fp4_sm90_decode6_init, fp4_sm90_decode6_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

@@ -37,6 +37,10 @@
  *                   64 rows and a K range; split K through red.global.add.v4
  *                   and an arrival counter (src/kernels/fp4_sm90_decode4.cu).
  *   5 "v5-prefill"  large M: wgmma (sm_90a) (src/kernels/fp4_sm90_prefill5.cu).
+ *   6 "v6-decode"   small M: v4's packed weights; the 8 warps of a block own
+ *                   different rows of one K range, so the block's tokens are
+ *                   dequantized once into shared memory and read as MMA
+ *                   fragments by every warp (src/kernels/fp4_sm90_decode6.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -63,12 +67,14 @@ enum {
     FP4_SM90_V2_PREFILL = 2,
     FP4_SM90_V3_DECODE = 3,
     FP4_SM90_V4_DECODE = 4,
-    FP4_SM90_V5_PREFILL = 5
+    FP4_SM90_V5_PREFILL = 5,
+    FP4_SM90_V6_DECODE = 6
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
 #define FP4_SM90_V4_SUMMARY "small M: k-permuted weights, token fragments loaded per warp, split K via red.add"
 #define FP4_SM90_V5_SUMMARY "large M: wgmma, A dequantized in registers, B dequantized to swizzled smem"
+#define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
     int id;              /* FP4_SM90_V* */

@@ -59,26 +59,6 @@
 #define D4_DEPTH 1 /* k-steps of loads in flight per warp besides the one in use (RT=4:
                      * 2 x 64 B a lane, ~70 KB a SM at 16 warps) */
 
-static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
-{
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
-/* byte b of x in bits 0..7 and 16..23, as sf2_to_h2 wants after its shift */
-static __device__ __forceinline__ uint32_t d4_scale(uint32_t x, int b)
-{
-    return sf2_to_h2(__byte_perm(x, 0, b == 0 ? 0x4040 : 0x4141) << 7);
-}
-
-static __device__ __forceinline__ void d4_red4(float *p, float4 v)
-{
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
-                 "f"(v.z), "f"(v.w)
-                 : "memory");
-}
-
 /* One k-step's operands of one lane: RT weight tiles, their scales, NT token
  * fragments and their scales. */
 template <int RT, int NT>
@@ -120,7 +100,7 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
     uint32_t bt[NT][8]; /* token fragments of the 4 MMAs: b0, b1 per j */
 #pragma unroll
     for (int n = 0; n < NT; n++) {
-        const uint32_t sc = d4_scale(s.qs[n], 0);
+        const uint32_t sc = sf_pair(s.qs[n], 0);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             bt[n][r] = hmul2_u32(dq_nib2(s.q[n].x, r), sc);
@@ -129,7 +109,7 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
     }
 #pragma unroll
     for (int i = 0; i < RT; i++) {
-        const uint32_t sg = d4_scale(s.ws[i], 0), sg8 = d4_scale(s.ws[i], 1);
+        const uint32_t sg = sf_pair(s.ws[i], 0), sg8 = sf_pair(s.ws[i], 1);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const uint32_t xg = j < 2 ? s.w[i].x : s.w[i].y;  /* row g, k 0..7 or 8..15 */
@@ -238,28 +218,13 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
         if (S == 1) {
             if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
         } else {
-            d4_red4(ws + (size_t)m * Np + n, v);
+            red_add4(ws + (size_t)m * Np + n, v);
         }
     }
     if (S == 1) return;
 
-    /* the last block of this tile to arrive writes D and re-zeroes the tile */
-    __threadfence();
-    __syncthreads();
-    unsigned *cnt = counters + (size_t)chunk * gridDim.x + rb;
-    if (tid == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int e = tid; e < E4; e += D4_THREADS) {
-        const int tok = e / C4, c4 = (e - tok * C4) * 4;
-        const int m = m0 + tok, n = n0 + c4;
-        float4 *wp = (float4 *)(ws + (size_t)m * Np + n);
-        const float4 v = __ldcg(wp);
-        __stcg(wp, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-        if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
-    }
-    if (tid == 0) *cnt = 0u;
+    splitk_last_block(ws, counters + (size_t)chunk * gridDim.x + rb, d, S, m0, n0, TOK, ROWS, M, N,
+                      Np, alpha_eff, &s_last);
 }
 
 /* ---- host side ---------------------------------------------------------------------- */

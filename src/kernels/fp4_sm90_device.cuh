@@ -97,4 +97,52 @@ static __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *d, int m, int
     }
 }
 
+static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
+{
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+/* byte b of x in bits 0..7 and 16..23, as sf2_to_h2 wants after its shift */
+static __device__ __forceinline__ uint32_t sf_pair(uint32_t x, int b)
+{
+    return sf2_to_h2(__byte_perm(x, 0, b == 0 ? 0x4040 : 0x4141) << 7);
+}
+
+static __device__ __forceinline__ void red_add4(float *p, float4 v)
+{
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+
+/* Split K across blocks, after every block added its fp32 partial tile
+ * [TOK tokens][ROWS rows] into ws [m][Np] with red_add4: the last block of the
+ * tile to arrive (arrival counter *cnt) writes bf16 D and re-zeroes its
+ * workspace tile and the counter, so the launch is graph-replayable with no
+ * memset. Every thread of the block calls it; s_last is a __shared__ int. */
+static __device__ __forceinline__ void splitk_last_block(float *ws, unsigned *cnt,
+                                                         __nv_bfloat16 *d, int S, int m0, int n0,
+                                                         int TOK, int ROWS, int M, int N, int Np,
+                                                         float alpha, int *s_last)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *s_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
+    __syncthreads();
+    if (!*s_last) return;
+    __threadfence();
+    const int C4 = ROWS / 4, E4 = TOK * C4;
+    for (int e = threadIdx.x; e < E4; e += blockDim.x) {
+        const int tok = e / C4, c4 = (e - tok * C4) * 4;
+        const int m = m0 + tok, n = n0 + c4;
+        float4 *wp = (float4 *)(ws + (size_t)m * Np + n);
+        const float4 v = __ldcg(wp);
+        __stcg(wp, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha, (N & 3) == 0);
+    }
+    if (threadIdx.x == 0) *cnt = 0u;
+}
+
 #endif
