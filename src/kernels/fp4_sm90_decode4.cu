@@ -56,6 +56,12 @@
 #define D4_WARPS 8
 #define D4_THREADS (32 * D4_WARPS)
 #define D4_NPAD 64 /* packed rows are padded to a multiple of 64 (RT <= 4) */
+/* Development only (bench/decode-ablate.sh): 1 skips the dequantization and
+ * the MMAs (the loaded words are folded into the sums), 2 skips the reduction
+ * (warps, K splits, D), 3 both: wrong results, for timing where the time goes. */
+#ifndef D4_DEV_ABLATE
+#define D4_DEV_ABLATE 0
+#endif
 #define D4_DEPTH 1 /* k-steps of loads in flight per warp besides the one in use (RT=4:
                      * 2 x 64 B a lane, ~70 KB a SM at 16 warps) */
 
@@ -97,6 +103,16 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
 template <int RT, int NT>
 static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (*acc)[NT][4])
 {
+    if (D4_DEV_ABLATE & 1) {
+#pragma unroll
+        for (int i = 0; i < RT; i++)
+            acc[i][0][0] += __uint_as_float((s.w[i].x ^ s.w[i].y ^ s.w[i].z ^ s.w[i].w ^ s.ws[i]) &
+                                            0x007FFFFFu);
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            acc[0][n][1] += __uint_as_float((s.q[n].x ^ s.q[n].y ^ s.qs[n]) & 0x007FFFFFu);
+        return;
+    }
     uint32_t bt[NT][8]; /* token fragments of the 4 MMAs: b0, b1 per j */
 #pragma unroll
     for (int n = 0; n < NT; n++) {
@@ -187,6 +203,15 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
         }
     }
 
+    if (D4_DEV_ABLATE & 2) { /* keep the sums alive, write nothing */
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RT; i++)
+#pragma unroll
+            for (int n = 0; n < NT; n++) sum += acc[i][n][0] + acc[i][n][1] + acc[i][n][2] + acc[i][n][3];
+        if (sum == -1234.5f) d[0] = __float2bfloat16_rn(sum);
+        return;
+    }
     /* warps -> shared memory: red[warp][tok][row] */
     float *mine = red + (size_t)warp * TOK * RS;
 #pragma unroll
