@@ -302,7 +302,8 @@ int main(void)
         {256, 768, 2880}, {3, 1, 48},
     };
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
-                            FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE};
+                            FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
+                            FP4_SM90_V7_DECODE};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -369,6 +370,16 @@ int main(void)
         test_gemm(ops, inst, FP4_SM90_V6_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
     test_gemm(ops, inst, FP4_SM90_V6_DECODE, 31, 2000, 48);
     test_gemm(ops, inst, FP4_SM90_V6_DECODE, 256, 768, 6144);
+    /* v7-decode: K of 1..8 k-steps and with a partial last stage (K = 2880:
+     * 45 k-steps; 48: one k-step of three k-blocks), more stages than the
+     * ring holds (6144: 12 stages, 8192: 16), every token-tile count and
+     * several token chunks (150, 256), the target shapes */
+    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
+        test_gemm(ops, inst, FP4_SM90_V7_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 31, 2000, 48);
+    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 256, 768, 6144);
+    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 9, 200, 512);
+    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 1, 64, 28672);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

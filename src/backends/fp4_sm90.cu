@@ -46,6 +46,9 @@ size_t fp4_sm90_decode6_ws_size(int64_t m, int64_t n, int64_t k);
 int fp4_sm90_decode6_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_decode6_init(fp4_err *err);
 fp4_status fp4_sm90_decode6_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+int fp4_sm90_decode7_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode7_init(fp4_err *err);
+fp4_status fp4_sm90_decode7_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 }
 
 /* ---- variants, choice ------------------------------------------------------------ */
@@ -86,6 +89,9 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V6_DECODE, "v6-decode", FP4_SM90_V6_SUMMARY},
      "decode6", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
      fp4_sm90_decode6_ws_size, fp4_sm90_decode6_fits, fp4_sm90_decode6_init, fp4_sm90_decode6_launch, 1},
+    {{FP4_SM90_V7_DECODE, "v7-decode", FP4_SM90_V7_SUMMARY},
+     "decode7", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
+     NULL, fp4_sm90_decode7_fits, fp4_sm90_decode7_init, fp4_sm90_decode7_launch, 0},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

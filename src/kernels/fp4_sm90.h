@@ -41,6 +41,12 @@
  *                   different rows of one K range, so the block's tokens are
  *                   dequantized once into shared memory and read as MMA
  *                   fragments by every warp (src/kernels/fp4_sm90_decode6.cu).
+ *   7 "v7-decode"   small M: v4's packed weights; one block per 16-row tile
+ *                   and token chunk over the whole K (no split K, no
+ *                   workspace): a producer warp streams the tile with
+ *                   cp.async.bulk into an mbarrier ring, 8 consumer warps
+ *                   share its k-steps and reduce in shared memory
+ *                   (src/kernels/fp4_sm90_decode7.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -68,12 +74,14 @@ enum {
     FP4_SM90_V3_DECODE = 3,
     FP4_SM90_V4_DECODE = 4,
     FP4_SM90_V5_PREFILL = 5,
-    FP4_SM90_V6_DECODE = 6
+    FP4_SM90_V6_DECODE = 6,
+    FP4_SM90_V7_DECODE = 7
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
 #define FP4_SM90_V4_SUMMARY "small M: k-permuted weights, token fragments loaded per warp, split K via red.add"
 #define FP4_SM90_V5_SUMMARY "large M: wgmma, A dequantized in registers, B dequantized to swizzled smem"
+#define FP4_SM90_V7_SUMMARY "small M: one block per 16-row tile over all K, weights streamed by cp.async.bulk, no split K"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
