@@ -303,7 +303,7 @@ int main(void)
     };
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
-                            FP4_SM90_V7_DECODE};
+                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);

@@ -20,10 +20,10 @@ int main(void)
     /* N = 768: v4 measured faster than v5 up to M = 1024 (67.5 against 71.2 us) */
     CHECK(fp4_sm90_choose(512, 768, 6144, sms) == FP4_SM90_V4_DECODE);
     CHECK(fp4_sm90_choose(1024, 768, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(1025, 768, 6144, sms) == FP4_SM90_V5_PREFILL);
+    CHECK(fp4_sm90_choose(1025, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
     /* N = 2048: v5 from M = 512 (72.0 against 89.6 us) */
-    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V5_PREFILL);
-    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V5_PREFILL);
+    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V8_PREFILL);
     /* forced, by name, alias and number; junk falls back to the rule */
     setenv("FP4_SM90_KERNEL", "v1-decode", 1);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);

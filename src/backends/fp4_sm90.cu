@@ -49,6 +49,10 @@ fp4_status fp4_sm90_decode6_launch(const fp4_sm90_gemm_args *a, cudaStream_t str
 int fp4_sm90_decode7_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_decode7_init(fp4_err *err);
 fp4_status fp4_sm90_decode7_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill8_init(fp4_err *err);
+fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 }
 
 /* ---- variants, choice ------------------------------------------------------------ */
@@ -92,6 +96,10 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V7_DECODE, "v7-decode", FP4_SM90_V7_SUMMARY},
      "decode7", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
      NULL, fp4_sm90_decode7_fits, fp4_sm90_decode7_init, fp4_sm90_decode7_launch, 0},
+    {{FP4_SM90_V8_PREFILL, "v8-prefill", FP4_SM90_V8_SUMMARY},
+     "prefill8", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
+     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
+     fp4_sm90_prefill8_init, fp4_sm90_prefill8_launch, 0},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 
@@ -145,7 +153,7 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. prefill (v5, else v2) when m >= 512 and m * n > 1024 * 768. Prefill has
+ * 2. prefill (v8, else v5, else v2) when m >= 512 and m * n > 1024 * 768. Prefill has
  *    no split K: below that it has too few output tiles (at most 48 of 128x128
  *    for 132 SMs) and costs a full wave's time whatever the tile count, while
  *    the decode kernel's time grows with m * n * k (about 1.4e-14 s per
@@ -160,7 +168,11 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
     if (f != FP4_SM90_AUTO) return f;
-    const int prefill = fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
+    /* prefill: v8 (v5 plus a B prepass: 1.3-1.5x v5 at every prefill shape of
+     * bench/results/2026-12-02-h200-s3-prefill6), else v5, else v2 */
+    const int prefill = fp4_sm90_variant_fits(FP4_SM90_V8_PREFILL, m, n, k, num_sms)
+                            ? FP4_SM90_V8_PREFILL
+                        : fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
                             ? FP4_SM90_V5_PREFILL
                             : FP4_SM90_V2_PREFILL;
     if (m >= 512 && m * n > (int64_t)1024 * 768) return prefill;
@@ -240,7 +252,7 @@ extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: splits = %d", a->splits);
     if (f->ws_size &&
         (!a->workspace || a->workspace_bytes < fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k)))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: decode needs a %zu-byte workspace",
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: this variant needs a %zu-byte workspace",
                         fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k));
     return FP4_OK;
 }

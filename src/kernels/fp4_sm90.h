@@ -47,6 +47,11 @@
  *                   cp.async.bulk into an mbarrier ring, 8 consumer warps
  *                   share its k-steps and reduce in shared memory
  *                   (src/kernels/fp4_sm90_decode7.cu).
+ *   8 "v8-prefill"  large M: v5's tiles and A path; a prepass kernel
+ *                   dequantizes B once per call into fp16 tiles laid out as
+ *                   the swizzled shared-memory tiles (workspace), which the
+ *                   main kernel bulk-copies into a 6-stage ring: no B
+ *                   arithmetic in the wgmma loop (src/kernels/fp4_sm90_prefill8.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -75,12 +80,14 @@ enum {
     FP4_SM90_V4_DECODE = 4,
     FP4_SM90_V5_PREFILL = 5,
     FP4_SM90_V6_DECODE = 6,
-    FP4_SM90_V7_DECODE = 7
+    FP4_SM90_V7_DECODE = 7,
+    FP4_SM90_V8_PREFILL = 8
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
 #define FP4_SM90_V4_SUMMARY "small M: k-permuted weights, token fragments loaded per warp, split K via red.add"
 #define FP4_SM90_V5_SUMMARY "large M: wgmma, A dequantized in registers, B dequantized to swizzled smem"
+#define FP4_SM90_V8_SUMMARY "large M: v5 with B dequantized by a prepass into swizzled fp16 tiles, bulk-copied into a 6-stage ring"
 #define FP4_SM90_V7_SUMMARY "small M: one block per 16-row tile over all K, weights streamed by cp.async.bulk, no split K"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 

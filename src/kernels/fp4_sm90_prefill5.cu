@@ -53,6 +53,7 @@
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
 #include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_wgmma.cuh"
 
 #define P5_BM 128
 #define P5_BK 64
@@ -85,120 +86,35 @@ template <int BN> struct p5_cfg {
     static constexpr int SMEM = P5_NBUF * BTILE + P5_STAGES * STAGE + 1024; /* +1024: alignment */
 };
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#ifdef FP4_SM90_HAVE_WGMMA /* fp4_sm90_wgmma.cuh: sm_90a only */
 #define P5_WGMMA 1
 #endif
 
 #ifdef P5_WGMMA
-/* ---- device helpers ------------------------------------------------------------- */
 
-static __device__ __forceinline__ void p5_cp16(uint32_t dst, const void *src, int src_bytes)
+/* Issue the cp.asyncs of stage ls (A's raw tile and scales, B's packed codes
+ * and scales) into stage slot so; the caller commits. */
+template <int BN>
+static __device__ __forceinline__ void p5_load_stage(
+    uint32_t so, int ls, int KS, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+    const uint8_t *__restrict__ bq, const uint8_t *__restrict__ bsf, int M, int arow, bool a16,
+    int m0, int mt_blk, int nb0, int tid)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void p5_cp8(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void p5_commit(void) { asm volatile("cp.async.commit_group;"); }
-
-static __device__ __forceinline__ void p5_wait_stages(void)
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(P5_STAGES - 2));
-}
-
-static __device__ __forceinline__ void p5_wg_fence(void)
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void p5_wg_commit(void)
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void p5_wg_wait(void)
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void p5_fence_async_smem(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-/* compiler-level fence on registers the tensor cores own */
-template <int NR> static __device__ __forceinline__ void p5_reg_fence(float *r)
-{
+    typedef p5_cfg<BN> C;
+    wg_load_a(so + (uint32_t)C::A_OFF, so + (uint32_t)C::ASF_OFF, aq, asf, M, arow, a16, m0, mt_blk,
+              KS, ls, tid);
 #pragma unroll
-    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(r[i])::"memory");
+    for (int i = 0; i < BN / 128; i++) {
+        /* block i: packed n-tile nb0 + i, 4096 bytes, 256 chunks of 16 */
+        const uint8_t *src = bq + ((size_t)(nb0 + i) * KS + ls) * 4096 + tid * 16;
+        wg_cp16(so + (uint32_t)(C::B_OFF + i * 4096 + tid * 16), src, 16);
+    }
+    if (tid >= 32 && tid < 32 + BN / 4) { /* threads 0..31 load A's scales */
+        const int i = tid - 32, blk = i >> 5, w = i & 31;
+        wg_cp16(so + (uint32_t)(C::BSF_OFF + blk * 512 + w * 16),
+                bsf + ((size_t)(nb0 + blk) * KS + ls) * 512 + w * 16, 16);
+    }
 }
-
-/* wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups
- * 1024 bytes apart (SBO), LBO unused for this layout (1). */
-static __device__ __forceinline__ uint64_t p5_desc(uint32_t saddr)
-{
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-
-#ifdef P5_WGMMA
-static __device__ __forceinline__ void p5_wgmma_n256(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                                   uint32_t a3, uint64_t desc, int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-                 "}, {%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-}
-
-static __device__ __forceinline__ void p5_wgmma_n128(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
-                                                   uint32_t a3, uint64_t desc, int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-}
-#endif
 
 /* One k-step of the consumer side, for step s (0 <= s <= KS): issue wgmma of
  * step s-1 (A registers aprev), then load + dequantize step s into B tile
@@ -212,64 +128,22 @@ static __device__ __forceinline__ void p5_step(
 {
     typedef p5_cfg<BN> C;
     const uint32_t stage_base = sbase + P5_NBUF * C::BTILE;
-    if (s < KS) p5_wait_stages();
+    if (s < KS) wg_cp_wait<P5_STAGES - 2>();
     __syncthreads();
     if (s >= 1) {
-        const uint32_t bt = sbase + (uint32_t)(((s - 1) % P5_NBUF) * C::BTILE);
-        const uint64_t desc = p5_desc(bt);
-        p5_wg_fence();
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            if (BN == 256)
-                p5_wgmma_n256(acc, aprev[4 * j], aprev[4 * j + 1], aprev[4 * j + 2],
-                              aprev[4 * j + 3], desc + (uint64_t)(2 * j), (s > 1 || j > 0) ? 1 : 0); /* +32 bytes */
-            else
-                p5_wgmma_n128(acc, aprev[4 * j], aprev[4 * j + 1], aprev[4 * j + 2],
-                              aprev[4 * j + 3], desc + (uint64_t)(2 * j), (s > 1 || j > 0) ? 1 : 0);
-        }
-        p5_wg_commit();
+        wg_fence();
+        wg_mma_step<BN>(acc, aprev, sbase + (uint32_t)(((s - 1) % P5_NBUF) * C::BTILE), s == 1);
+        wg_commit();
     }
     if (s >= KS) return;
 
     /* ---- loads of stage s + STAGES - 1 into the slot step s-1 used --------------- */
     {
         const int ls = s + P5_STAGES - 1;
-        if (ls < KS) {
-            const uint32_t so = stage_base + (uint32_t)((ls % P5_STAGES) * C::STAGE);
-            const int kbyte = ls * P5_ROWB;
-            if (a16) {
-                const int r = tid >> 1, c = (tid & 1) * 16;
-                const int m = m0 + r;
-                const bool ok = m < M && kbyte + c < arow;
-                const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-                p5_cp16(so + (uint32_t)(C::A_OFF + r * P5_ROWB + c), src, ok ? 16 : 0);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    const int idx = tid + i * P5_THREADS;
-                    const int r = idx >> 2, c = (idx & 3) * 8;
-                    const int m = m0 + r;
-                    const bool ok = m < M && kbyte + c < arow;
-                    const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-                    p5_cp8(so + (uint32_t)(C::A_OFF + r * P5_ROWB + c), src, ok ? 8 : 0);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < BN / 128; i++) {
-                /* block i: packed n-tile nb0 + i, 4096 bytes, 256 chunks of 16 */
-                const uint8_t *src = bq + ((size_t)(nb0 + i) * KS + ls) * 4096 + tid * 16;
-                p5_cp16(so + (uint32_t)(C::B_OFF + i * 4096 + tid * 16), src, 16);
-            }
-            if (tid < 32) {
-                p5_cp16(so + (uint32_t)(C::ASF_OFF + tid * 16),
-                        asf + ((size_t)mt_blk * KS + ls) * 512 + tid * 16, 16);
-            } else if (tid < 32 + BN / 4) {
-                const int i = tid - 32, blk = i >> 5, w = i & 31;
-                p5_cp16(so + (uint32_t)(C::BSF_OFF + blk * 512 + w * 16),
-                        bsf + ((size_t)(nb0 + blk) * KS + ls) * 512 + w * 16, 16);
-            }
-        }
-        p5_commit();
+        if (ls < KS)
+            p5_load_stage<BN>(stage_base + (uint32_t)((ls % P5_STAGES) * C::STAGE), ls, KS, aq, asf,
+                              bq, bsf, M, arow, a16, m0, mt_blk, nb0, tid);
+        wg_cp_commit();
     }
 
     const unsigned char *st = smem + P5_NBUF * C::BTILE + (s % P5_STAGES) * C::STAGE;
@@ -281,9 +155,7 @@ static __device__ __forceinline__ void p5_step(
         const int blk = n >> 7, rr = n & 127;
         const uint32_t sw = *(const uint32_t *)(st + C::BSF_OFF + n * 4);
         uint32_t sc[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            sc[r] = sf2_to_h2(__byte_perm(sw, 0, 0x4040u | (uint32_t)r | ((uint32_t)r << 8)) << 7);
+        wg_b_scales(sw, sc);
         const int nh = (BN == 256) ? 2 : 1;
 #pragma unroll
         for (int hh = 0; hh < nh; hh++) {
@@ -291,46 +163,16 @@ static __device__ __forceinline__ void p5_step(
             const uint4 w4 = *(const uint4 *)(st + C::B_OFF + blk * 4096 + h * 2048 + rr * 16);
 #pragma unroll
             for (int cc = 0; cc < 4; cc++) {
-                const uint32_t w = u4_at(w4, cc);
                 const int c = 4 * h + cc;
-                uint4 o;
-                o.x = hmul2_u32(dq_nib2(w, 0), sc[0]);
-                o.y = hmul2_u32(dq_nib2(w, 1), sc[1]);
-                o.z = hmul2_u32(dq_nib2(w, 2), sc[2]);
-                o.w = hmul2_u32(dq_nib2(w, 3), sc[3]);
-                *(uint4 *)(bt + n * 128 + ((c ^ (n & 7)) << 4)) = o;
+                *(uint4 *)(bt + n * 128 + ((c ^ (n & 7)) << 4)) = wg_b_word(u4_at(w4, cc), sc);
             }
         }
     }
 
     /* ---- A: the wgmma register fragment of step s ----------------------------------- */
-    p5_wg_wait<1>(); /* wgmma s-2 is done: acur is free */
-    {
-        const int lane = tid & 31, g = lane >> 2, t = lane & 3;
-        const int r0 = (tid >> 5) * 16 + g; /* warp w of the CTA owns rows 16w..16w+15 */
-        const uint2 x0 = *(const uint2 *)(st + C::A_OFF + r0 * P5_ROWB + 8 * t);
-        const uint2 x1 = *(const uint2 *)(st + C::A_OFF + (r0 + 8) * P5_ROWB + 8 * t);
-        const unsigned char *ss = st + C::ASF_OFF;
-        const uint32_t s0 = ss[(r0 & 31) * 16 + (r0 >> 5) * 4 + t];
-        const uint32_t s1 = ss[((r0 + 8) & 31) * 16 + ((r0 + 8) >> 5) * 4 + t];
-        const uint32_t sc = sf2_to_h2((s0 | s1 << 16) << 7);
-        const uint32_t lo = __byte_perm(sc, 0, 0x1010), hi = __byte_perm(sc, 0, 0x3232);
-        if (P5_DEV_ABLATE & 2) {
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                acur[4 * j + 0] = x0.x & lo, acur[4 * j + 1] = x1.x & hi;
-                acur[4 * j + 2] = x0.y & lo, acur[4 * j + 3] = x1.y & hi;
-            }
-        } else
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            acur[4 * j + 0] = hmul2_u32(dq_nib2(x0.x, j), lo);
-            acur[4 * j + 1] = hmul2_u32(dq_nib2(x1.x, j), hi);
-            acur[4 * j + 2] = hmul2_u32(dq_nib2(x0.y, j), lo);
-            acur[4 * j + 3] = hmul2_u32(dq_nib2(x1.y, j), hi);
-        }
-    }
-    p5_fence_async_smem(); /* my B stores -> visible to the tensor cores after the barrier */
+    wg_wait<1>(); /* wgmma s-2 is done: acur is free */
+    wg_a_frag<(P5_DEV_ABLATE & 2) != 0>(st + C::A_OFF, st + C::ASF_OFF, tid, acur);
+    wg_fence_async_smem(); /* my B stores -> visible to the tensor cores after the barrier */
 }
 #endif /* P5_WGMMA */
 
@@ -360,45 +202,16 @@ __global__ void __launch_bounds__(P5_THREADS, MINB)
 #pragma unroll
     for (int i = 0; i < 16; i++) ra[i] = rb[i] = 0;
 
-    /* prologue: stages 0 .. STAGES-2 (same code as the in-loop loads, step "s - 1") */
+    /* prologue: stages 0 .. STAGES-2 */
     {
         typedef p5_cfg<BN> C;
         const uint32_t stage_base = sbase + P5_NBUF * C::BTILE;
 #pragma unroll 1
         for (int ls = 0; ls < P5_STAGES - 1; ls++) {
-            if (ls < KS) {
-                const uint32_t so = stage_base + (uint32_t)(ls * C::STAGE);
-                const int kbyte = ls * P5_ROWB;
-                if (a16) {
-                    const int r = tid >> 1, c = (tid & 1) * 16;
-                    const int m = m0 + r;
-                    const bool ok = m < M && kbyte + c < arow;
-                    const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-                    p5_cp16(so + (uint32_t)(C::A_OFF + r * P5_ROWB + c), src, ok ? 16 : 0);
-                } else {
-                    for (int i = 0; i < 2; i++) {
-                        const int idx = tid + i * P5_THREADS;
-                        const int r = idx >> 2, c = (idx & 3) * 8;
-                        const int m = m0 + r;
-                        const bool ok = m < M && kbyte + c < arow;
-                        const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-                        p5_cp8(so + (uint32_t)(C::A_OFF + r * P5_ROWB + c), src, ok ? 8 : 0);
-                    }
-                }
-                for (int i = 0; i < BN / 128; i++) {
-                    const uint8_t *src = bq + ((size_t)(nb0 + i) * KS + ls) * 4096 + tid * 16;
-                    p5_cp16(so + (uint32_t)(C::B_OFF + i * 4096 + tid * 16), src, 16);
-                }
-                if (tid < 32) {
-                    p5_cp16(so + (uint32_t)(C::ASF_OFF + tid * 16),
-                            asf + ((size_t)mt_blk * KS + ls) * 512 + tid * 16, 16);
-                } else if (tid < 32 + BN / 4) {
-                    const int i = tid - 32, blk = i >> 5, w = i & 31;
-                    p5_cp16(so + (uint32_t)(C::BSF_OFF + blk * 512 + w * 16),
-                            bsf + ((size_t)(nb0 + blk) * KS + ls) * 512 + w * 16, 16);
-                }
-            }
-            p5_commit();
+            if (ls < KS)
+                p5_load_stage<BN>(stage_base + (uint32_t)(ls * C::STAGE), ls, KS, aq, asf, bq, bsf,
+                                  M, arow, a16, m0, mt_blk, nb0, tid);
+            wg_cp_commit();
         }
     }
 
@@ -410,35 +223,10 @@ __global__ void __launch_bounds__(P5_THREADS, MINB)
             p5_step<BN>(s + 1, KS, acc, rb, ra, smem, sbase, aq, asf, bq, bsf, M, arow, a16, m0,
                         mt_blk, nb0, tid);
     }
-    p5_wg_wait<0>();
-    p5_reg_fence<BN / 2>(acc);
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-
-    /* ---- epilogue: acc[4i + e] = (row g + 8 (e >> 1), col 8i + 2t + (e & 1)) ---------- */
-    {
-        const int lane = tid & 31, g = lane >> 2, t = lane & 3;
-        const int rbase = m0 + (tid >> 5) * 16 + g;
-        const int n0 = blockIdx.x * BN;
-        const bool pair_ok = (N % 2) == 0;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int m = rbase + 8 * h;
-            if (m >= M) continue;
-            __nv_bfloat16 *drow = d + (size_t)m * N;
-#pragma unroll
-            for (int i = 0; i < BN / 8; i++) {
-                const int n = n0 + 8 * i + 2 * t;
-                const float v0 = acc[4 * i + 2 * h] * alpha_eff;
-                const float v1 = acc[4 * i + 2 * h + 1] * alpha_eff;
-                if (pair_ok && n + 1 < N) {
-                    *(__nv_bfloat162 *)(drow + n) = __floats2bfloat162_rn(v0, v1);
-                } else {
-                    if (n < N) drow[n] = __float2bfloat16_rn(v0);
-                    if (n + 1 < N) drow[n + 1] = __float2bfloat16_rn(v1);
-                }
-            }
-        }
-    }
+    wg_wait<0>();
+    wg_reg_fence<BN / 2>(acc);
+    wg_cp_wait<0>();
+    wg_store_d<BN>(acc, d, M, N, m0, blockIdx.x * BN, alpha_eff, tid);
 #else
     (void)aq, (void)asf, (void)bq, (void)bsf, (void)d, (void)M, (void)N, (void)K, (void)KS,
         (void)alpha_eff;

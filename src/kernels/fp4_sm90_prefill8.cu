@@ -1,0 +1,450 @@
+/* fp4-sm90 "v8-prefill" (variant 8; "v6" in its development logs): NVFP4 x NVFP4 -> bf16 GEMM for large M on Hopper,
+ * wgmma, with B's dequantization taken out of the main loop.
+ *
+ * STATUS: verified on an H200 (bench/prefill6-dev.sh, bench/results/2026-12-02-h200-s3-prefill6:
+ * every instantiated configuration against the exact reference on all tail shapes and
+ * bit-identical to v5, graph replay, memcheck clean; those logs call it "v6"
+ * and its functions fp4_sm90_prefill6_*). Variant 8 of the backend's family
+ * table (src/backends/fp4_sm90.cu).
+ *
+ * Why: v5-prefill (fp4_sm90_prefill5.cu) dequantizes B into its shared-memory
+ * tile with the same warps that issue the wgmmas; its ablation (P5_DEV_ABLATE)
+ * showed that skipping that work takes it from 441-479 to 643-716 TFLOP/s.
+ *
+ * Design. Two kernels, launched back to back on the caller's stream by one
+ * launch function (no allocation, no synchronisation, graph-capturable):
+ * 1. prepass (fp4_sm90_prefill8_dq_kernel): dequantizes the packed weights
+ *    (v5's packing, fp4_sm90_prefill5_pack_b) into an fp16 workspace that is
+ *    byte for byte the swizzled smem B tile v5 builds: for each 128-row block
+ *    nt and k-step s (in that order), 16384 bytes [row rr][128 bytes], the
+ *    16-byte chunk c (8 fp16 = value * scale * 2^-7, exact) of row rr at
+ *    ((c ^ (rr & 7)) << 4). One thread writes one chunk; a warp writes 512
+ *    contiguous bytes. Bytes: N*K/2 + N*K/16 read, 2*N*K written.
+ * 2. main kernel (fp4_sm90_prefill8_kernel): v5's CTA tile (128 x BN x 64,
+ *    two consumer warpgroups, wgmma m64nBNk16, A dequantized into registers),
+ *    but B's tile is copied from the workspace straight into an ST-deep ring
+ *    of shared-memory tiles (no B ALU work), next to A's raw codes and
+ *    scales (16-byte cp.async): by bulk copies (cp.async.bulk issued by
+ *    thread 0, completing on the slot's mbarrier; the default) or by 16-byte
+ *    cp.asyncs of every thread (P6_BULK 0: 5-10% slower, measured). The
+ *    wgmma of step s reads B from ring slot s % ST, so a slot is refilled
+ *    only after both warpgroups retired that wgmma: step s (one barrier):
+ *    wait for stage s (my cp.asyncs, and the slot's mbarrier or a
+ *    fence.proxy.async for B), __syncthreads, issue the copies of stage
+ *    s + ST - 2 into the slot of step
+ *    s - 2 (retired by every thread's wgmma wait in step s - 1), dequantize A
+ *    of step s into registers, issue the 4 wgmmas of step s, wait until only
+ *    they are in flight (the previous step's A registers are then free). The
+ *    tensor cores run step s - 1 while the threads wait, copy and dequantize
+ *    A for step s. CTAs are ordered m-tile fastest, so the CTAs resident at
+ *    one time share few B column tiles (B's fp16 tiles are 4x A's bytes).
+ * Results are bit-identical to v5's: same fp16 operands, same wgmma sequence.
+ * The workspace: fp4_sm90_prefill8_ws_size bytes, 16-byte aligned, fully
+ * rewritten by every call (no zeroing needed); calls sharing it must be on one
+ * stream.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/gpu_common.h"
+#include "fp4/format.h"
+#include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_wgmma.cuh"
+
+#define P6_BM WG_BM
+#define P6_BK WG_BK
+#define P6_THREADS WG_THREADS
+#define P6_NPAD 256         /* v5's packed rows are padded to a multiple of this */
+#define P6_WS_BLOCK 16384   /* fp16 bytes of one 128-row block of one k-step */
+#define P6_DQ_PER 4         /* chunks per prepass thread */
+/* Defaults: ring depth per tile width and how B's tiles are copied
+ * (bench/prefill6-dev.sh times the alternatives; depth 6 beat 4 by 10-13% at
+ * 128 x 256 in bench/results/2026-12-02-h200-s3-prefill6/run1/time6.txt). */
+#ifndef P6_STAGES_256
+#define P6_STAGES_256 6
+#endif
+#ifndef P6_STAGES_128
+#define P6_STAGES_128 6
+#endif
+#ifndef P6_STAGES_128X2
+#define P6_STAGES_128X2 4
+#endif
+#ifndef P6_BULK /* bulk copies beat cp.async by 5-10% at every timed shape (run2/time6.txt) */
+#define P6_BULK 1
+#endif
+/* 1 since bench/prefill6-dev.sh passed on an H200. Set it to 0 while changing
+ * the kernels: fp4_sm90_prefill8_launch then reports FP4_ERR_UNSUPPORTED
+ * (fp4_sm90_prefill8_launch_cfg, for the harness, runs regardless). */
+#ifndef P6_VERIFIED
+#define P6_VERIFIED 1
+#endif
+/* Development only: 1 skips the copies of B's tiles (the wgmmas read stale
+ * shared memory), 2 skips A's dequantization, 3 both: wrong results, for
+ * timing what each costs. */
+#ifndef P6_DEV_ABLATE
+#define P6_DEV_ABLATE 0
+#endif
+
+/* shared-memory map: [ST B tiles of BN x 128 bytes][ST x (A codes 4096, A scales 512)]
+ * [ST mbarriers (bulk-copy mode)] */
+template <int BN, int ST> struct p6_cfg {
+    static constexpr int BTILE = BN * 128; /* multiple of 1024: the swizzle needs that alignment */
+    static constexpr int A_BASE = ST * BTILE;
+    static constexpr int ASTAGE = P6_BM * WG_ROWB + 512;
+    static constexpr int BAR_OFF = ST * BTILE + ST * ASTAGE;
+    static constexpr int SMEM = BAR_OFF + 64 + 1024; /* +1024: alignment */
+};
+
+/* ---- prepass: packed fp4 -> swizzled fp16 tiles ------------------------------------- */
+
+/* bq / bsf: v5's packed B (blocks of 4096 code bytes [h][row][16] and 512 scale
+ * bytes [row][4], block index nt * KS + s); ws: nchunks 16-byte chunks, chunk q
+ * = block q >> 10, row (q >> 3) & 127, physical chunk q & 7. */
+__global__ void __launch_bounds__(256)
+    fp4_sm90_prefill8_dq_kernel(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ bsf,
+                                uint4 *__restrict__ ws, int64_t nchunks)
+{
+    const int64_t base = (int64_t)blockIdx.x * (256 * P6_DQ_PER) + threadIdx.x;
+    uint32_t w[P6_DQ_PER], sw[P6_DQ_PER];
+    /* all loads first: several in flight per thread */
+#pragma unroll
+    for (int i = 0; i < P6_DQ_PER; i++) {
+        const int64_t q = base + i * 256;
+        w[i] = sw[i] = 0;
+        if (q < nchunks) {
+            const int64_t blk = q >> 10;
+            const int rr = (int)(q >> 3) & 127, c = ((int)q & 7) ^ (rr & 7);
+            w[i] = ldg_stream4((const uint32_t *)(bq + blk * 4096 + (c >> 2) * 2048 + rr * 16 +
+                                                  (c & 3) * 4));
+            sw[i] = __ldg((const uint32_t *)(bsf + blk * 512 + rr * 4)); /* shared by 8 lanes */
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < P6_DQ_PER; i++) {
+        const int64_t q = base + i * 256;
+        if (q < nchunks) {
+            uint32_t sc[4];
+            wg_b_scales(sw[i], sc);
+            ws[q] = wg_b_word(w[i], sc);
+        }
+    }
+}
+
+/* ---- main kernel -------------------------------------------------------------------- */
+
+#ifdef FP4_SM90_HAVE_WGMMA
+/* Issue the copies of stage ls into ring slot ls % ST: A's raw tile and scales
+ * (cp.async, the caller commits), B's BN x 128-byte fp16 tile (BN / 128
+ * workspace blocks of 16 KB): BULK: bulk copies issued by thread 0, counted on
+ * the slot's mbarrier; else 16-byte cp.asyncs by every thread. */
+template <int BN, int ST, bool BULK>
+static __device__ __forceinline__ void p6_load_stage(
+    uint32_t sbase, int ls, int KS, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+    const uint8_t *__restrict__ bw, int M, int arow, bool a16, int m0, int mt_blk, int nb0, int tid)
+{
+    typedef p6_cfg<BN, ST> C;
+    const int slot = ls % ST;
+    const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
+    wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ls, tid);
+    if (BULK) {
+        if (tid == 0 && !(P6_DEV_ABLATE & 1)) {
+            const uint32_t bar = sbase + (uint32_t)(C::BAR_OFF + slot * 8);
+            wg_mbar_expect(bar, (uint32_t)(BN * 128));
+#pragma unroll
+            for (int blk = 0; blk < BN / 128; blk++)
+                wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + blk * P6_WS_BLOCK),
+                            bw + ((size_t)(nb0 + blk) * KS + ls) * P6_WS_BLOCK, P6_WS_BLOCK, bar);
+        }
+    } else if (!(P6_DEV_ABLATE & 1)) {
+        const uint32_t b_dst = sbase + (uint32_t)(slot * C::BTILE);
+#pragma unroll
+        for (int i = 0; i < BN / 32; i++) { /* BN * 8 chunks of 16 bytes, 256 threads */
+            const int j = tid + i * P6_THREADS, blk = j >> 10;
+            const uint8_t *src =
+                bw + ((size_t)(nb0 + blk) * KS + ls) * P6_WS_BLOCK + (size_t)(j & 1023) * 16;
+            wg_cp16(b_dst + (uint32_t)(j * 16), src, 16);
+        }
+    }
+}
+
+/* One k-step s (see the top). acur: this step's A registers (free: the wgmma
+ * that read them, step s - 2, retired in step s - 1). */
+template <int BN, int ST, bool BULK>
+static __device__ __forceinline__ void p6_step(
+    int s, int KS, float *acc, uint32_t *acur, const unsigned char *smem, uint32_t sbase,
+    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf, const uint8_t *__restrict__ bw,
+    int M, int arow, bool a16, int m0, int mt_blk, int nb0, int tid)
+{
+    typedef p6_cfg<BN, ST> C;
+    const int slot = s % ST;
+    wg_cp_wait<ST - 3>(); /* committed: ST - 2 + s groups; stage s is group s */
+    if (BULK) { /* B of stage s landed: use u = s / ST of the slot completes phase u & 1 */
+        if (!(P6_DEV_ABLATE & 1))
+            wg_mbar_wait(sbase + (uint32_t)(C::BAR_OFF + slot * 8), (uint32_t)((s / ST) & 1));
+    } else {
+        wg_fence_async_smem(); /* my cp.async copies of B -> visible to the tensor cores */
+    }
+    __syncthreads();
+    {
+        const int ls = s + ST - 2; /* into the slot of step s - 2 */
+        if (ls < KS)
+            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+        wg_cp_commit(); /* possibly empty: keeps the group count uniform */
+    }
+    const unsigned char *a_st = smem + C::A_BASE + slot * C::ASTAGE;
+    wg_a_frag<(P6_DEV_ABLATE & 2) != 0>(a_st, a_st + P6_BM * WG_ROWB, tid, acur);
+    wg_fence();
+    wg_mma_step<BN>(acc, acur, sbase + (uint32_t)(slot * C::BTILE), s == 0);
+    wg_commit();
+    wg_wait<1>(); /* step s - 1 retired: its A registers and (after the next barrier) its slot */
+}
+#endif /* FP4_SM90_HAVE_WGMMA */
+
+/* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw the prepass's fp16 tiles;
+ * d [M, N] bf16. KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN. */
+template <int BN, int MINB, int ST, bool BULK>
+__global__ void __launch_bounds__(P6_THREADS, MINB)
+    fp4_sm90_prefill8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+                             const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
+                             int N, int K, int KS, float alpha_eff)
+{
+#ifdef FP4_SM90_HAVE_WGMMA
+    extern __shared__ unsigned char p6_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p6_smem_raw);
+    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
+    const unsigned char *smem = p6_smem_raw + pad;
+    const uint32_t sbase = raw + pad;
+    const int tid = threadIdx.x;
+    const int m0 = blockIdx.x * P6_BM, mt_blk = blockIdx.x;
+    const int nb0 = blockIdx.y * (BN / 128); /* first 128-row workspace block */
+    const int arow = K / 2;
+    const bool a16 = (arow % 16) == 0;
+
+    float acc[BN / 2]; /* the first wgmma runs with scale-d = 0: no initialisation */
+    uint32_t ra[16], rb[16];
+
+    if (BULK) { /* per phase: one arrival (thread 0's expect_tx) and the bytes */
+        if (tid == 0) {
+            for (int i = 0; i < ST; i++)
+                wg_mbar_init(sbase + (uint32_t)(p6_cfg<BN, ST>::BAR_OFF + i * 8), 1);
+            wg_mbar_init_fence();
+        }
+        __syncthreads();
+    }
+
+    /* prologue: stages 0 .. ST - 3 */
+#pragma unroll 1
+    for (int ls = 0; ls < ST - 2; ls++) {
+        if (ls < KS)
+            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+        wg_cp_commit();
+    }
+
+    /* Unrolled by two so that the two A register sets stay compile-time arrays.
+     * Both steps unconditional and the odd step after the loop: no control path
+     * (even an infeasible one) rewrites a set while its wgmma is the one in
+     * flight, else ptxas serializes every wgmma (C7513). */
+    int s = 0;
+#pragma unroll 1
+    for (; s + 1 < KS; s += 2) {
+        p6_step<BN, ST, BULK>(s, KS, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+        p6_step<BN, ST, BULK>(s + 1, KS, acc, rb, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
+                        tid);
+    }
+    if (s < KS)
+        p6_step<BN, ST, BULK>(s, KS, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+    wg_wait<0>();
+    wg_reg_fence<BN / 2>(acc);
+    wg_cp_wait<0>();
+    wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+#else
+    (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
+    __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
+#endif
+}
+
+/* ---- host side ---------------------------------------------------------------------- */
+
+static int64_t p6_np(int64_t n) { return (n + P6_NPAD - 1) / P6_NPAD * P6_NPAD; }
+static int64_t p6_ks(int64_t k) { return (k + P6_BK - 1) / P6_BK; }
+
+extern "C" {
+size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
+void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+
+size_t fp4_sm90_prefill8_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill8_scales_size(int64_t n, int64_t k);
+void fp4_sm90_prefill8_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill8_init(fp4_err *err);
+fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                    fp4_err *err);
+/* For tests and the development harness: the tile width launch picks (128 or
+ * 256), and a launch with the configuration forced: bn 0 = automatic, 128,
+ * 256, or -128 (128 wide, two CTAs per SM); stages 0 = the default, else 4..6
+ * (see P6_FOR_EACH_CFG for the instantiated ones); bulk -1 = the default, 0 =
+ * B by 16-byte cp.async, 1 = B by bulk copies; parts 1 = the prepass only, 2 =
+ * the main kernel only (it reads the workspace the last prepass wrote), 3 = both. */
+int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
+                                        int parts, cudaStream_t stream, fp4_err *err);
+}
+
+/* Same packed B as v5: the prepass reads v5's layout. */
+size_t fp4_sm90_prefill8_codes_size(int64_t n, int64_t k) { return fp4_sm90_prefill5_codes_size(n, k); }
+size_t fp4_sm90_prefill8_scales_size(int64_t n, int64_t k) { return fp4_sm90_prefill5_scales_size(n, k); }
+void fp4_sm90_prefill8_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
+{
+    fp4_sm90_prefill5_pack_b(b, codes, scales);
+}
+
+/* fp16 tiles of every packed 128-row block (rows padded to 256) and k-step */
+size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k)
+{
+    (void)m;
+    return (size_t)(p6_np(n) / 128) * (size_t)p6_ks(k) * P6_WS_BLOCK;
+}
+
+int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    (void)num_sms;
+    if (m < 1 || n < 1 || k < 16 || k % 16 != 0) return 0;
+    if ((n + 127) / 128 > 65535) return 0; /* grid y (n tiles) */
+    if (k / 2 > INT32_MAX / 2 || n > INT32_MAX - P6_NPAD || m > INT32_MAX - P6_BM) return 0;
+    /* the workspace size must fit size_t (k <= 2^31, n <= 2^31: below 2^56) */
+    return 1;
+}
+
+/* BN = 256 unless 128-wide tiles fill the GPU clearly better (v5's rule:
+ * cost ~ waves * tile time, a 128-wide tile taking ~0.55 of a 256-wide one). */
+int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    (void)k;
+    if (num_sms < 1) num_sms = 1;
+    const int64_t mt = (m + P6_BM - 1) / P6_BM;
+    const int64_t t256 = mt * ((n + 255) / 256), t128 = mt * ((n + 127) / 128);
+    const double c256 = (double)((t256 + num_sms - 1) / num_sms) * 1.0;
+    const double c128 = (double)((t128 + num_sms - 1) / num_sms) * 0.55;
+    return c128 < c256 ? 128 : 256;
+}
+
+/* The instantiations: (BN, CTAs per SM, ring depth, B by bulk copies). */
+#define P6_FOR_EACH_CFG(X)                                                                     \
+    X(256, 1, 4, false) X(256, 1, 5, false) X(256, 1, 6, false) X(128, 1, 4, false)            \
+    X(128, 1, 6, false) X(128, 2, 4, false) X(256, 1, 4, true) X(256, 1, 5, true)              \
+    X(256, 1, 6, true) X(128, 1, 6, true) X(128, 2, 4, true)
+
+fp4_status fp4_sm90_prefill8_init(fp4_err *err)
+{
+#define P6_SET_SMEM(BN_, MINB_, ST_, BULK_)                                                    \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                           p6_cfg<BN_, ST_>::SMEM));
+    P6_FOR_EACH_CFG(P6_SET_SMEM)
+#undef P6_SET_SMEM
+    return FP4_OK;
+}
+
+/* FP4_OK when the current device is sm_90 and this build holds machine code for
+ * it (the 90a target): elsewhere the kernels are traps. */
+static fp4_status p6_runs_here(const void *kernel, fp4_err *err)
+{
+    int dev = 0, maj = 0, min = 0;
+    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
+    if (maj != 9 || min != 0)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v8-prefill: needs sm_90 (wgmma), this GPU is sm_%d%d", maj, min);
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it for the launch checks */
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v8-prefill: not compiled for this GPU (needs the 90a target): %s",
+                        cudaGetErrorString(e));
+    }
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
+                                        int parts, cudaStream_t stream, fp4_err *err)
+{
+    if (!fp4_sm90_prefill8_fits(a->m, a->n, a->k, a->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v8-prefill: shape %lldx%lldx%lld not supported",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
+    const size_t ws_need = fp4_sm90_prefill8_ws_size(a->m, a->n, a->k);
+    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "fp4-sm90 v8-prefill: needs a 16-byte aligned workspace of %zu bytes "
+                        "(got %zu at %p)",
+                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    if (parts == 0) parts = 3;
+    if (bn == 0) bn = fp4_sm90_prefill8_bn(a->m, a->n, a->k, a->num_sms);
+    const bool two_per_sm = bn == -128; /* 128-wide tiles, two CTAs per SM */
+    if (two_per_sm) bn = 128;
+    if (stages == 0) stages = two_per_sm ? P6_STAGES_128X2 : bn == 256 ? P6_STAGES_256 : P6_STAGES_128;
+    if (bulk < 0) bulk = P6_BULK;
+    const void *kernel = NULL;
+#define P6_PICK(BN_, MINB_, ST_, BULK_)                                                        \
+    if (bn == BN_ && (MINB_ == 2) == two_per_sm && stages == ST_ && (bulk != 0) == BULK_)      \
+        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>;
+    P6_FOR_EACH_CFG(P6_PICK)
+#undef P6_PICK
+    if (!kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v8-prefill: no kernel for tile width %d%s, %d stages, %s", bn,
+                        two_per_sm ? " x2" : "", stages, bulk ? "bulk copies" : "cp.async");
+    fp4_status st = p6_runs_here(kernel, err);
+    if (st != FP4_OK) return st;
+
+    const int KS = (int)p6_ks(a->k);
+    if (parts & 1) {
+        const int64_t nchunks = (int64_t)(fp4_sm90_prefill8_ws_size(a->m, a->n, a->k) / 16);
+        const int64_t per_block = 256 * P6_DQ_PER;
+        const unsigned blocks = (unsigned)((nchunks + per_block - 1) / per_block);
+        fp4_sm90_prefill8_dq_kernel<<<blocks, 256, 0, stream>>>(a->b_codes, a->b_sf,
+                                                                (uint4 *)a->workspace, nchunks);
+        FP4_CUDA_LAUNCH_TRY(err);
+    }
+    if (parts & 2) {
+        const unsigned mtiles = (unsigned)((a->m + P6_BM - 1) / P6_BM);
+        const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
+        /* both operands carry 2^-7 from the dequantization */
+        const float alpha_eff = a->alpha * 16384.0f;
+        const dim3 grid(mtiles, ntiles);
+        int smem = 0;
+#define P6_SMEM_OF(BN_, MINB_, ST_, BULK_)                                                     \
+    if (kernel == (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>)                \
+        smem = p6_cfg<BN_, ST_>::SMEM;
+        P6_FOR_EACH_CFG(P6_SMEM_OF)
+#undef P6_SMEM_OF
+        void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
+                        NULL, NULL, NULL, NULL, NULL};
+        const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
+        args[4] = (void *)&M, args[5] = (void *)&N, args[6] = (void *)&K, args[7] = (void *)&KS;
+        args[8] = (void *)&alpha_eff;
+        FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, grid, dim3(P6_THREADS), args, (size_t)smem, stream));
+    }
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+#if P6_VERIFIED
+    return fp4_sm90_prefill8_launch_cfg(a, 0, 0, -1, 3, stream, err);
+#else
+    (void)a, (void)stream;
+    return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                    "fp4-sm90 v8-prefill: not yet verified on a GPU; bench/prefill6-dev.sh checks "
+                    "it, then set P6_VERIFIED to 1");
+#endif
+}
