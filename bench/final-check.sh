@@ -14,14 +14,8 @@ cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERRO
   { grep -E "error" -A3 /tmp/c.log | head -20; exit 1; }
 B=./build-dev/fp4bench
 $B --version | head -1
-for t in gpu_fp4_sm90 gpu_quantize; do
-  timeout ${TEST_TIMEOUT:-150} ./build-dev/tests/$t >"$OUT/$t.txt" 2>&1
-  echo "$t: exit $?"; tail -1 "$OUT/$t.txt"
-done
-$B run --preset targets --json "$OUT/targets.json" --quiet --max-time 2 \
+$B run --preset targets --json "$OUT/targets.json" --quiet --max-time ${MAXT:-2} \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90,w4a4-sm90,quantize | grep -E "ceilings|fp4-sm90"
-[ "${SWEEP:-1}" = 1 ] && $B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 1 \
-   --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90 | head -40
 # variants forced on chosen shapes, same rounds with the baselines, one JSON each:
 # FORCED="v7-decode:16x2048x6144,64x2048x6144 ..." (not the heuristic's choice yet)
 for vs in ${FORCED:-}; do
@@ -29,6 +23,12 @@ for vs in ${FORCED:-}; do
   FP4_SM90_KERNEL=$v timeout 120 $B run --shape "$shapes" --json "$OUT/forced-$v.json" --quiet --max-time 1 \
     --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep -E "fp4-sm90" | sed "s/^/[$v] /"
 done
+for t in gpu_fp4_sm90 gpu_quantize; do
+  timeout ${TEST_TIMEOUT:-150} ./build-dev/tests/$t >"$OUT/$t.txt" 2>&1
+  echo "$t: exit $?"; tail -1 "$OUT/$t.txt"
+done
+[ "${SWEEP:-1}" = 1 ] && $B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 1 \
+   --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90 | head -40
 $B run --shape 512x2048x6144,1024x2048x6144,2048x2048x6144,512x768x6144,1024x768x6144,8192x768x6144 \
    --json "$OUT/prefill-m.json" --quiet --max-time 1 --no-ceilings \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90
