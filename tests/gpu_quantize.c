@@ -4,7 +4,8 @@
  *    fp4_swizzle_scales: codes, every swizzled scale byte (padding must come
  *    back zero over 0xA5 garbage), global scale; static and dynamic scale;
  *    rows 1, 3, 129, 257 x cols 16, 48, 2880, blocks spanning E4M3 from
- *    subnormal to saturated, zero blocks, -0 and exact E2M1 ties; and more
+ *    subnormal to saturated, bf16 subnormal and huge blocks, zero blocks, -0
+ *    and exact E2M1 ties; and more
  *    rows than one grid row of CTAs covers (the tile loop).
  * 2. Backends `quantize` (any GPU) and `w4a4-sm90` (sm_90; elsewhere open()
  *    must say "needs sm_90"), called directly on M = 1, 3, 17, 129 x N = 1, 8,
@@ -108,7 +109,10 @@ static void fill(uint16_t *x, int64_t rows, int64_t cols)
     for (int64_t b = 0; b < rows * cols / 16; b++) {
         const double u = uniform01();
         const float scale = u < 0.05 ? 0.0f : u < 0.15 ? ldexpf(1.0f, -30 + (int)(uniform01() * 24))
-                          : u < 0.2  ? 4096.0f : 1.0f;
+                          : u < 0.2  ? 4096.0f
+                          : u < 0.22 ? 0x1p-128f /* bf16 subnormals */
+                          : u < 0.24 ? 0x1p+120f /* scales far past 448 */
+                                     : 1.0f;
         for (int j = 0; j < 16; j++) {
             float v = gaussian() * scale;
             if (uniform01() < 0.01) v = -0.0f;
@@ -129,6 +133,8 @@ static void test_quantizer(void)
             check_quantizer(x, rows[i], cols[j], 0.0f, "dynamic");
             check_quantizer(x, rows[i], cols[j], 2688.0f / 3.7f, "static");
             check_quantizer(x, rows[i], cols[j], 1.0f, "static gs=1");
+            /* 1 / (sf / gs) = +Inf for the subnormal blocks: x * inv is NaN for x = 0 */
+            check_quantizer(x, rows[i], cols[j], 0x1p127f, "static gs=2^127");
             free(x);
         }
     /* every E2M1 boundary exactly (gs = 1, block max 6: sf = 1, inv = 1) */

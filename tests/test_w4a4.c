@@ -3,13 +3,16 @@
  *    finite bf16 magnitudes, where the plain bm * fl(1/6) does not;
  * 2. fp4_qz_e2m1_mag (branch-free E2M1 rounding) equals fp4_e2m1_encode on a
  *    sweep of [0, 8], every float within 64 ulps of each grid point and
- *    rounding boundary, and saturating values up to +Inf;
+ *    rounding boundary, and saturating values up to +Inf; fp4_qz_e2m1_biased
+ *    (the kernel's hot path) equals 2^23 + fp4_e2m1_encode on every float
+ *    from +0 to +Inf (2^31 + 1 of them, four threads);
  * 3. the bf16 activations the backends start from quantize back to the
  *    problem's A bit for bit (CPU quantizer, static scale) for gaussian and
  *    outliers data although they are not exact in bf16, and do not for
  *    random codes (what prepare() reports as unsupported);
  * 4. bytes and flops the two backends declare, and argument checks. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +79,51 @@ static void test_e2m1(void)
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++, n++) bad += e2m1_check(special[i]);
     CHECK_MSG(bad == 0, "fp4_qz_e2m1_mag differs from fp4_e2m1_encode on %ld of %ld floats", bad, n);
     CHECK(n > 1000000);
+}
+
+/* fp4_qz_e2m1_biased over the bit patterns [lo, hi): mismatches in *bad. */
+struct biased_range {
+    uint32_t lo, hi;
+    long bad;
+};
+
+static void *biased_sweep(void *arg)
+{
+    struct biased_range *r = arg;
+    for (uint32_t u = r->lo; u < r->hi; u++) {
+        const float a = from_bits(u);
+        r->bad += to_bits(fp4_qz_e2m1_biased(a)) - 0x4B000000u != fp4_e2m1_encode(a);
+    }
+    return NULL;
+}
+
+static void test_e2m1_biased(void)
+{
+    enum { PARTS = 4 };
+    const uint32_t end = 0x7F800001u; /* +0 .. +Inf inclusive */
+    struct biased_range r[PARTS];
+    pthread_t th[PARTS];
+    int started[PARTS];
+    long bad = 0;
+    for (int i = 0; i < PARTS; i++) {
+        r[i].lo = (uint32_t)((uint64_t)end * (uint64_t)i / PARTS);
+        r[i].hi = (uint32_t)((uint64_t)end * (uint64_t)(i + 1) / PARTS);
+        r[i].bad = 0;
+        started[i] = pthread_create(&th[i], NULL, biased_sweep, &r[i]) == 0;
+        if (!started[i]) biased_sweep(&r[i]);
+    }
+    for (int i = 0; i < PARTS; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        bad += r[i].bad;
+    }
+    CHECK_MSG(bad == 0, "fp4_qz_e2m1_biased differs from 2^23 + fp4_e2m1_encode on %ld floats",
+              bad);
+    /* the exact ties, spelled out (a failure here is easier to read) */
+    static const float tie[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
+    static const uint32_t want[] = {0, 2, 2, 4, 4, 6, 6, 7};
+    for (size_t i = 0; i < sizeof tie / sizeof tie[0]; i++)
+        CHECK_MSG(to_bits(fp4_qz_e2m1_biased(tie[i])) - 0x4B000000u == want[i], "tie %g",
+                  (double)tie[i]);
 }
 
 /* Quantize the bf16 activations of operand `kind` back with the CPU
@@ -181,6 +229,7 @@ int main(void)
 {
     test_div6();
     test_e2m1();
+    test_e2m1_biased();
     test_activations();
     test_bytes();
     return check_finish("test_w4a4");

@@ -1,9 +1,11 @@
-/* The two pieces of arithmetic the GPU quantizer does differently from the
+/* The pieces of arithmetic the GPU quantizer does differently from the
  * specification (src/format/nvfp4.c), written once for host and device so
  * that a CPU test (tests/test_w4a4.c) can check them exhaustively against
  * the specification's own operations:
  *   fp4_qz_div6(bm)   == bm / 6 for every bf16 magnitude bm (all 2^15 checked)
  *   fp4_qz_e2m1_mag(a) == fp4_e2m1_encode(a) for every float a >= 0
+ *   fp4_qz_e2m1_biased(a) == 2^23 + fp4_e2m1_encode(a) for every float a >= 0
+ *                       (+Inf included; all 2^31 + 1 checked)
  * C or CUDA; no state. */
 #ifndef FP4_QUANTIZE_MATH_H
 #define FP4_QUANTIZE_MATH_H
@@ -68,6 +70,19 @@ FP4_QZ_FN float fp4_qz_fma(float a, float b, float c)
 #endif
 }
 
+/* max(0, min(1, fl(a * b + c))), one rounding; NaN gives 0 (PTX .sat). */
+FP4_QZ_FN float fp4_qz_fma_sat(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#else
+    const float r = fmaf(a, b, c);
+    return r > 0.0f ? (r < 1.0f ? r : 1.0f) : 0.0f;
+#endif
+}
+
 /* bm / 6 without a division: q = bm * fl(1/6), then one Newton step on the
  * exact residual bm - 6q (an FMA). Correctly rounded for every bf16 bm (the
  * only inputs the quantizer gives it); NOT for arbitrary floats. */
@@ -95,6 +110,29 @@ FP4_QZ_FN uint32_t fp4_qz_e2m1_mag(float a)
     const uint32_t cb = eb + 0x0B400000u;            /* C = 1.5 * 2^(e+22) */
     const uint32_t n = fp4_qz_bits(fp4_qz_add(fp4_qz_float(ab), fp4_qz_float(cb))) - cb;
     return n + (eb >> 22) - 254u; /* (eb >> 22) = 2 * (e + 127) */
+}
+
+/* The quantizer's hot path: E2M1 magnitude code of a >= 0 (+Inf included)
+ * with floating-point operations only (no integer or compare instructions,
+ * which share the GPU's half-rate ALU pipe), returned as the float 2^23 + code
+ * (bit pattern 0x4B000000 + code). The code is RN(g(a)), g piecewise linear:
+ * 2a on [0, 2], a + 2 on [2, 4], a/2 + 4 on [4, 6], 7 above. Three saturated
+ * FMAs give its pieces w = min(a,2)/2, v = (clamp(a,2,4) - 2)/2 and
+ * u = (clamp(a,4,6) - 4)/2, all exact (a/2 is exact; the subtractions are
+ * exact by Sterbenz; tiny a only round inside a piece that rounds to 0), and
+ * at most one of them lies strictly inside (0, 1). Adding u, 2v, 4w in turn
+ * to 2^23 (ulp 1) rounds only that one piece, to the nearest integer with
+ * ties to even (what is added before it is an even integer, what comes after
+ * it an exact integer): RN(4w) on [0, 2] is the E2M1 rounding there (spacing
+ * 0.5: ties 0.25, 0.75, 1.25, 1.75 go to even codes), 4 + RN(2v) on [2, 4] (ties 2.5 -> 4,
+ * 3.5 -> 6), 6 + RN(u) on [4, 6] (5 -> 6), and 7 above 6. */
+FP4_QZ_FN float fp4_qz_e2m1_biased(float a)
+{
+    const float w = fp4_qz_fma_sat(a, 0.5f, 0.0f);
+    const float v = fp4_qz_fma_sat(a, 0.5f, -1.0f);
+    const float u = fp4_qz_fma_sat(a, 0.5f, -2.0f);
+    const float r = fp4_qz_add(u, 8388608.0f); /* 2^23 + RN(u) */
+    return fp4_qz_fma(w, 4.0f, fp4_qz_fma(v, 2.0f, r));
 }
 
 #endif
