@@ -142,7 +142,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 /* ---- launch -------------------------------------------------------------------- */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* FP4_SM90_V1_DECODE, _V2_PREFILL or _V3_DECODE (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V8_PREFILL (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */

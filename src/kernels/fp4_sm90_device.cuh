@@ -1,6 +1,7 @@
-/* Device helpers shared by the fp4-sm90 kernels (decode v1, decode v3,
+/* Device helpers shared by the fp4-sm90 kernels (the decode families and
  * prefill): the nibble -> fp16x2 dequantization, the scale conversion, the
- * fp16 MMA, streaming loads and the swizzled scale offset. Include from .cu
+ * fp16 MMA, streaming loads, the swizzled scale offset, the red.global
+ * add and the split-K "last block" epilogue (v4, v6). Include from .cu
  * files only. */
 #ifndef FP4_SM90_DEVICE_CUH
 #define FP4_SM90_DEVICE_CUH
