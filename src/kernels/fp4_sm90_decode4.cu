@@ -116,29 +116,19 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
     uint32_t bt[NT][8]; /* token fragments of the 4 MMAs: b0, b1 per j */
 #pragma unroll
     for (int n = 0; n < NT; n++) {
-        const uint32_t sc = sf_pair(s.qs[n], 0);
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            bt[n][r] = hmul2_u32(dq_nib2(s.q[n].x, r), sc);
-            bt[n][4 + r] = hmul2_u32(dq_nib2(s.q[n].y, r), sc);
-        }
+        kperm_b_frag(s.q[n], sf_pair(s.qs[n], 0), bt[n]);
     }
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         const uint32_t sg = sf_pair(s.ws[i], 0), sg8 = sf_pair(s.ws[i], 1);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const uint32_t xg = j < 2 ? s.w[i].x : s.w[i].y;  /* row g, k 0..7 or 8..15 */
-            const uint32_t x8 = j < 2 ? s.w[i].z : s.w[i].w;  /* row g+8 */
-            const int r0 = 2 * (j & 1);
-            const uint32_t a0 = hmul2_u32(dq_nib2(xg, r0), sg);
-            const uint32_t a1 = hmul2_u32(dq_nib2(x8, r0), sg8);
-            const uint32_t a2 = hmul2_u32(dq_nib2(xg, r0 + 1), sg);
-            const uint32_t a3 = hmul2_u32(dq_nib2(x8, r0 + 1), sg8);
+            uint32_t a[4];
+            kperm_a_frag(s.w[i], sg, sg8, j, a);
+            const int b0 = 4 * (j >> 1) + 2 * (j & 1);
 #pragma unroll
             for (int n = 0; n < NT; n++)
-                mma_f16_16816(acc[i][n], a0, a1, a2, a3, bt[n][4 * (j >> 1) + r0],
-                              bt[n][4 * (j >> 1) + r0 + 1]);
+                mma_f16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
         }
     }
 }

@@ -78,11 +78,10 @@ static __device__ __forceinline__ void d6_stage(uint4 *stage, const uint8_t *aq,
         uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
         if (m < M && kb < KB) {
             const uint2 q = __ldg((const uint2 *)(aq + (size_t)m * arow + (size_t)kb * 8));
-            const uint32_t sc = sf_pair(__ldg(asf + swz_off(m, kb, Kbp)), 0);
-            lo = make_uint4(hmul2_u32(dq_nib2(q.x, 0), sc), hmul2_u32(dq_nib2(q.x, 1), sc),
-                            hmul2_u32(dq_nib2(q.x, 2), sc), hmul2_u32(dq_nib2(q.x, 3), sc));
-            hi = make_uint4(hmul2_u32(dq_nib2(q.y, 0), sc), hmul2_u32(dq_nib2(q.y, 1), sc),
-                            hmul2_u32(dq_nib2(q.y, 2), sc), hmul2_u32(dq_nib2(q.y, 3), sc));
+            uint32_t b[8];
+            kperm_b_frag(q, sf_pair(__ldg(asf + swz_off(m, kb, Kbp)), 0), b);
+            lo = make_uint4(b[0], b[1], b[2], b[3]);
+            hi = make_uint4(b[4], b[5], b[6], b[7]);
         }
         uint4 *dst = stage + (size_t)(c * NT + n) * 64;
         dst[lane] = lo;
@@ -151,14 +150,7 @@ fp4_sm90_decode_v6(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
                     const uint32_t sg = sf_pair(wsc, 0), sg8 = sf_pair(wsc, 1);
                     uint32_t a[4][4];
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const uint32_t xg = j < 2 ? w.x : w.y, x8 = j < 2 ? w.z : w.w;
-                        const int r0 = 2 * (j & 1);
-                        a[j][0] = hmul2_u32(dq_nib2(xg, r0), sg);
-                        a[j][1] = hmul2_u32(dq_nib2(x8, r0), sg8);
-                        a[j][2] = hmul2_u32(dq_nib2(xg, r0 + 1), sg);
-                        a[j][3] = hmul2_u32(dq_nib2(x8, r0 + 1), sg8);
-                    }
+                    for (int j = 0; j < 4; j++) kperm_a_frag(w, sg, sg8, j, a[j]);
                     const uint4 *st = smem6 + (size_t)c * NT * 64 + lane;
 #pragma unroll
                     for (int n = 0; n < NT; n++) {

@@ -183,12 +183,7 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
             uint32_t bt[NT][8];
 #pragma unroll
             for (int n = 0; n < NT; n++) {
-                const uint32_t sc = sf_pair(qs[n], 0);
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    bt[n][r] = hmul2_u32(dq_nib2(q[n].x, r), sc);
-                    bt[n][4 + r] = hmul2_u32(dq_nib2(q[n].y, r), sc);
-                }
+                kperm_b_frag(q[n], sf_pair(qs[n], 0), bt[n]);
             }
             /* next k-step's tokens: k-blocks advance by 4 * 8, i.e. 256 code
              * bytes and 8 swizzled 512-byte scale atoms */
@@ -208,16 +203,12 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
             const uint32_t sg = sf_pair(wsc, 0), sg8 = sf_pair(wsc, 1);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const uint32_t xg = j < 2 ? w.x : w.y, x8 = j < 2 ? w.z : w.w;
-                const int r0 = 2 * (j & 1);
-                const uint32_t a0 = hmul2_u32(dq_nib2(xg, r0), sg);
-                const uint32_t a1 = hmul2_u32(dq_nib2(x8, r0), sg8);
-                const uint32_t a2 = hmul2_u32(dq_nib2(xg, r0 + 1), sg);
-                const uint32_t a3 = hmul2_u32(dq_nib2(x8, r0 + 1), sg8);
+                uint32_t a[4];
+                kperm_a_frag(w, sg, sg8, j, a);
+                const int b0 = 4 * (j >> 1) + 2 * (j & 1);
 #pragma unroll
                 for (int n = 0; n < NT; n++)
-                    mma_f16_16816(acc[n], a0, a1, a2, a3, bt[n][4 * (j >> 1) + r0],
-                                  bt[n][4 * (j >> 1) + r0 + 1]);
+                    mma_f16_16816(acc[n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
             }
         }
         /* partial sums -> red[warp][tok][row] */

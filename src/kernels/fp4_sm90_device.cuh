@@ -118,6 +118,34 @@ static __device__ __forceinline__ void red_add4(float *p, float4 v)
                  : "memory");
 }
 
+/* The k-permuted decode layout (v4, v6, v7; fp4_sm90_decode4.cu): in a k-step
+ * of 64, lane (g, t) holds k-block 4 ks + t of weight rows g and g + 8 (16
+ * code bytes w: row g in w.x, w.y, row g + 8 in w.z, w.w) and of token g (one
+ * 8-byte code word q). kperm_a_frag: the A registers of MMA j (0..3) of the
+ * k-step, sg / sg8 the scale pairs of rows g and g + 8 (sf_pair). */
+static __device__ __forceinline__ void kperm_a_frag(const uint4 &w, uint32_t sg, uint32_t sg8,
+                                                    int j, uint32_t a[4])
+{
+    const uint32_t xg = j < 2 ? w.x : w.y, x8 = j < 2 ? w.z : w.w;
+    const int r0 = 2 * (j & 1);
+    a[0] = hmul2_u32(dq_nib2(xg, r0), sg);
+    a[1] = hmul2_u32(dq_nib2(x8, r0), sg8);
+    a[2] = hmul2_u32(dq_nib2(xg, r0 + 1), sg);
+    a[3] = hmul2_u32(dq_nib2(x8, r0 + 1), sg8);
+}
+
+/* A token's 8 B-fragment words of one k-step (same layout): b[r] = nibbles
+ * (r, r + 4) of q.x, b[4 + r] those of q.y, times the scale pair sc; MMA j
+ * takes b[4 (j >> 1) + 2 (j & 1)] and the next. */
+static __device__ __forceinline__ void kperm_b_frag(const uint2 &q, uint32_t sc, uint32_t b[8])
+{
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        b[r] = hmul2_u32(dq_nib2(q.x, r), sc);
+        b[4 + r] = hmul2_u32(dq_nib2(q.y, r), sc);
+    }
+}
+
 /* Split K across blocks, after every block added its fp32 partial tile
  * [TOK tokens][ROWS rows] into ws [m][Np] with red_add4: the last block of the
  * tile to arrive (arrival counter *cnt) writes bf16 D and re-zeroes its
