@@ -1,0 +1,107 @@
+/* fp4-sm90's host-side rules, no GPU needed: the choice of kernel
+ * (fp4_sm90_choose) at the points it was measured on (docs/PERF.md, "The
+ * heuristic"), FP4_SM90_KERNEL forcing a variant, and the argument checks
+ * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode and
+ * v8-prefill included. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#ifdef FP4_HAVE_CUDA
+#include "kernels/fp4_sm90.h"
+
+/* device pointers are only compared and aligned, never dereferenced */
+static _Alignas(16) uint8_t fake[64];
+
+static void test_checks(void)
+{
+    fp4_err err;
+    fp4_sm90_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.m = 16;
+    a.n = 2048;
+    a.k = 6144;
+    a.a_codes = a.a_sf = a.b_codes = a.b_sf = fake;
+    a.d = (uint16_t *)fake;
+    a.alpha = 1.0f;
+    a.num_sms = 132;
+    a.variant = FP4_SM90_V4_DECODE;
+    a.splits = 1; /* v4 with one split needs its workspace all the same */
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+    CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
+    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL};
+    for (int i = 0; i < 2; i++) {
+        a.variant = with_ws[i];
+        a.m = with_ws[i] == FP4_SM90_V8_PREFILL ? 4096 : 16;
+        const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
+        CHECK(need > 0);
+        a.workspace = NULL;
+        a.workspace_bytes = 0;
+        CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+        CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
+        a.workspace = fake;
+        a.workspace_bytes = need - 1; /* one byte short */
+        CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+        a.workspace_bytes = need;
+        CHECK(fp4_sm90_check(&a, &err) == FP4_OK);
+        a.workspace = fake + 8; /* misaligned */
+        CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_UNSUPPORTED);
+        a.workspace = fake;
+    }
+    /* v8's fp16 B: 2 bytes an element of B padded to 256 rows and 64 k */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V8_PREFILL, 4096, 2048, 6144) ==
+          (size_t)2048 * 6144 * 2);
+    /* v7 needs none */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V7_DECODE, 16, 2048, 6144) == 0);
+    a.variant = FP4_SM90_V7_DECODE;
+    a.workspace = NULL;
+    a.workspace_bytes = 0;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_OK);
+    a.k = 6136; /* not a multiple of 16 */
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
+    a.k = 6144;
+    a.m = 0;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
+    a.m = 16;
+    a.variant = 99;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    test_checks();
+    unsetenv("FP4_SM90_KERNEL");
+    const int sms = 132;
+    /* decode below M = 512 at every N of the presets */
+    CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(16, 28672, 4096, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(511, 8192, 8192, sms) == FP4_SM90_V4_DECODE);
+    /* N = 768: v4 measured faster than v5 up to M = 1024 (67.5 against 71.2 us) */
+    CHECK(fp4_sm90_choose(512, 768, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(1024, 768, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(1025, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
+    /* N = 2048: v5 from M = 512 (72.0 against 89.6 us) */
+    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V8_PREFILL);
+    /* forced, by name, alias and number; junk falls back to the rule */
+    setenv("FP4_SM90_KERNEL", "v1-decode", 1);
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);
+    setenv("FP4_SM90_KERNEL", "prefill", 1);
+    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V2_PREFILL);
+    setenv("FP4_SM90_KERNEL", "3", 1);
+    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V3_DECODE);
+    setenv("FP4_SM90_KERNEL", "no-such-kernel", 1);
+    CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
+    unsetenv("FP4_SM90_KERNEL");
+    return check_finish("test_sm90_host");
+}
+#else
+int main(void)
+{
+    printf("test_sm90_host: built without CUDA, nothing to check\n");
+    return 77;
+}
+#endif
