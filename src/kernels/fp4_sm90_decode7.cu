@@ -26,7 +26,12 @@
  *   the consumers, and consumers compute on stage s while s + 1.. arrive.
  * - Consumers: v4's arithmetic for one tile (16 dq_nib2 + 16 multiplies and 4
  *   NT MMAs a k-step), token fragments loaded straight from A (one 8-byte load
- *   and one scale byte per token tile and k-step, one k-step ahead).
+ *   and one scale byte per token tile and k-step), TP k-steps ahead.
+ * Measured (commit d6fc6b0, tokens one k-step ahead; docs/PERF.md): slower than
+ * v4 except at M = 1. Each consumer warp runs its 12-16 k-steps in sequence
+ * and waited for its next token load, an L2 round trip, every k-step; the
+ * prefetch is now 4 (NT = 1), 3 (NT = 2) k-steps deep (NT = 4: 1, registers).
+ * Not measured since (device time).
  * Prediction (H200): per SM at 16x2048x6144 one tile: 54 KB of weights and
  * about 12 K warp instructions (weights + tokens), i.e. 1.6-2 us of issue
  * overlapped with the stream: about 4-5 us in a graph; 16x8192x8192 four
@@ -105,6 +110,20 @@ static __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, u
                  : "memory");
 }
 
+/* token words of stage s (this warp's k-step 8 s + warp) for its NT token
+ * tiles: ap / sp point at stage 0's code word and scale byte (NULL: no token) */
+template <int NT>
+static __device__ __forceinline__ void d7_tokens(uint2 *q, uint32_t *qs, const uint8_t *const *ap,
+                                                 const uint8_t *const *sp, int s, bool in_k)
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const bool ok = ap[n] && in_k;
+        q[n] = ok ? __ldg((const uint2 *)(ap[n] + (size_t)s * 256)) : make_uint2(0, 0);
+        qs[n] = ok ? __ldg(sp[n] + (size_t)s * 4096) : 0u;
+    }
+}
+
 /* grid (tiles of 16 rows, token chunks of 8 NT); block D7_THREADS. */
 template <int NT>
 __global__ void __launch_bounds__(D7_THREADS, NT == 4 ? 2 : 3)
@@ -168,32 +187,27 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
 #pragma unroll
         for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-        /* token fragments of the next k-step, loaded one k-step ahead */
-        uint2 q[NT];
-        uint32_t qs[NT];
+        /* token fragments, loaded TP k-steps of this warp ahead in a register
+         * ring (slot u of a group of TP stages): one k-step of arithmetic is far
+         * shorter than an L2 round trip, and the first measurement (commit
+         * d6fc6b0) loaded them only one k-step ahead. Stage s of this warp is
+         * k-step 8 s + warp: 256 code bytes and 8 swizzled 512-byte scale atoms
+         * after stage s - 1. */
+        constexpr int TP = NT == 4 ? 1 : NT == 2 ? 3 : 4; /* registers: no spills */
+        uint2 q[TP][NT];
+        uint32_t qs[TP][NT];
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            const bool ok = ap[n] && 4 * warp + t < KB;
-            q[n] = ok ? __ldg((const uint2 *)ap[n]) : make_uint2(0, 0);
-            qs[n] = ok ? __ldg(sp[n]) : 0u;
-        }
-        for (int s = 0; s < nstages; s++) {
-            const int ks = s * D7_SK + warp;
-            if (ks >= KS) break; /* the last, partial stage */
+        for (int u = 0; u < TP; u++)
+            d7_tokens<NT>(q[u], qs[u], ap, sp, u, 4 * (u * D7_SK + warp) + t < KB);
+        for (int s0 = 0; s0 < nstages; s0 += TP) {
+#pragma unroll
+        for (int u = 0; u < TP; u++) {
+            const int s = s0 + u, ks = s * D7_SK + warp;
+            if (ks >= KS) continue; /* the last, partial stage */
             uint32_t bt[NT][8];
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                kperm_b_frag(q[n], sf_pair(qs[n], 0), bt[n]);
-            }
-            /* next k-step's tokens: k-blocks advance by 4 * 8, i.e. 256 code
-             * bytes and 8 swizzled 512-byte scale atoms */
-            const int kb_next = 4 * (ks + D7_SK) + t;
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                const bool ok = ap[n] && kb_next < KB;
-                q[n] = ok ? __ldg((const uint2 *)(ap[n] + (size_t)(s + 1) * 256)) : make_uint2(0, 0);
-                qs[n] = ok ? __ldg(sp[n] + (size_t)(s + 1) * 4096) : 0u;
-            }
+            for (int n = 0; n < NT; n++) kperm_b_frag(q[u][n], sf_pair(qs[u][n], 0), bt[n]);
+            d7_tokens<NT>(q[u], qs[u], ap, sp, s + TP, 4 * (ks + TP * D7_SK) + t < KB);
             const int slot = s % D7_NS;
             mbar_wait(sbase + 8 * slot, (s / D7_NS) & 1);
             const uint4 w = *(const uint4 *)(smem7 + D7_OFF_CODES + slot * D7_CODES + warp * 512 + lane * 16);
@@ -210,6 +224,7 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
                 for (int n = 0; n < NT; n++)
                     mma_f16_16816(acc[n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
             }
+        }
         }
         /* partial sums -> red[warp][tok][row] */
         float *red = (float *)(smem7 + D7_OFF_RED) + (size_t)warp * TOK * D7_RS;
