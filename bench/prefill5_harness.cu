@@ -20,26 +20,6 @@ typedef void *cublasHandle_t;
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
 
-extern "C" {
-size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
-void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill5_init(fp4_err *err);
-fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-int fp4_sm90_prefill5_bn(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill5_launch_bn(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
-                                       fp4_err *err);
-#ifdef P6_HARNESS
-size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
-fp4_status fp4_sm90_prefill8_init(fp4_err *err);
-int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
-                                        int parts, cudaStream_t stream, fp4_err *err);
-#endif
-}
 
 #define CK(x)                                                                              \
     do {                                                                                   \

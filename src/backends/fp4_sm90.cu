@@ -21,40 +21,6 @@ extern "C" {
 #include "backends/gpu_common.h"
 #include "kernels/fp4_sm90.h"
 
-/* The kernel families, one file each under src/kernels/: sizes of their packed
- * B and workspace, their host packer, init and launch. */
-extern "C" {
-size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
-size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k);
-size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
-size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
-void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k);
-int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_decode4_init(fp4_err *err);
-fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
-void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill5_init(fp4_err *err);
-fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-size_t fp4_sm90_decode6_ws_size(int64_t m, int64_t n, int64_t k);
-int fp4_sm90_decode6_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_decode6_init(fp4_err *err);
-fp4_status fp4_sm90_decode6_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-int fp4_sm90_decode7_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_decode7_init(fp4_err *err);
-fp4_status fp4_sm90_decode7_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
-int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill8_init(fp4_err *err);
-fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-}
-
 /* ---- variants, choice ------------------------------------------------------------ */
 
 typedef struct sm90_family {

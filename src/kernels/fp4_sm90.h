@@ -171,21 +171,82 @@ fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_e
 /* The split count the decode kernel uses for this shape when splits == 0. */
 int fp4_sm90_decode_splits(int64_t m, int64_t n, int64_t k, int num_sms);
 
-/* Per-family entry points (fp4_sm90_gemm dispatches to them). */
+/* Per-family entry points, one kernel file each (the family table in
+ * src/backends/fp4_sm90.cu dispatches to them): sizes of the packed B and of
+ * the workspace, the host packer, fits (can the family run this shape), the
+ * one-time init and the launch. Declared once here so every definition is
+ * checked against its use. */
+size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k);
+void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+fp4_status fp4_sm90_decode_init(fp4_err *err);
 fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                   fp4_err *err);
+
+size_t fp4_sm90_prefill_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill_scales_size(int64_t n, int64_t k);
+void fp4_sm90_prefill_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+fp4_status fp4_sm90_prefill_init(fp4_err *err);
 fp4_status fp4_sm90_prefill_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                    fp4_err *err);
-fp4_status fp4_sm90_decode_init(fp4_err *err);
+
+/* v3 uses v1's packing; fits: its token slice fits shared memory */
+int fp4_sm90_decode3_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode3_init(fp4_err *err);
 fp4_status fp4_sm90_decode3_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                    fp4_err *err);
-fp4_status fp4_sm90_decode3_init(fp4_err *err);
-/* 1 when v3-decode can run (m, n, k) (its token slice fits shared memory). */
-int fp4_sm90_decode3_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill_init(fp4_err *err);
-/* Host packers of the two families (fp4_sm90_pack_b dispatches to them). */
-void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-void fp4_sm90_prefill_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+
+/* v4's packing is also v6's and v7's */
+size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
+void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode4_init(fp4_err *err);
+fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                   fp4_err *err);
+
+/* v5's packing is also v8's */
+size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
+void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill5_init(fp4_err *err);
+fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                    fp4_err *err);
+/* For tests and the development harness: the tile width launch picks for a
+ * shape, and a launch with it forced (bn 0 = automatic, 128, 256, or -128 =
+ * 128 with two CTAs per SM). */
+int fp4_sm90_prefill5_bn(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill5_launch_bn(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
+                                       fp4_err *err);
+
+size_t fp4_sm90_decode6_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_decode6_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode6_init(fp4_err *err);
+fp4_status fp4_sm90_decode6_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                   fp4_err *err);
+
+int fp4_sm90_decode7_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode7_init(fp4_err *err);
+fp4_status fp4_sm90_decode7_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                   fp4_err *err);
+
+size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill8_init(fp4_err *err);
+fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                    fp4_err *err);
+/* For tests and the development harness: the tile width launch picks (128 or
+ * 256), and a launch with the configuration forced: bn 0 = automatic, 128,
+ * 256, or -128 (128 wide, two CTAs per SM); stages 0 = the default, else 4..6
+ * (P6_FOR_EACH_CFG lists the instantiated ones); bulk -1 = the default, 0 = B
+ * by 16-byte cp.async, 1 = B by bulk copies; parts 1 = the prepass only, 2 =
+ * the main kernel only (it reads the workspace the last prepass wrote), 3 = both. */
+int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
+                                        int parts, cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus
 }

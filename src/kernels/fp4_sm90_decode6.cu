@@ -55,9 +55,6 @@
 #define D6_DEPTH 4                /* weight k-steps in flight per warp */
 #define D6_STAGE_BYTES (64 * 1024) /* token staging: NT * 1 KB per k-step */
 
-/* v4's packed weights (fp4_sm90_decode4_pack_b): same sizes, same packer. */
-extern "C" size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
-
 static int64_t d6_np(int64_t n) { return (n + 63) / 64 * 64; } /* v4's row padding */
 static int64_t d6_ks(int64_t k) { return (k + 63) / 64; }
 

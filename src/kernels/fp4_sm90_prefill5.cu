@@ -247,21 +247,6 @@ static int p5_perm(int P)
     return 16 * t + 8 * hi + j + 4 * e;
 }
 
-extern "C" {
-size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
-void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-int fp4_sm90_prefill5_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill5_init(fp4_err *err);
-fp4_status fp4_sm90_prefill5_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
-                                    fp4_err *err);
-/* The tile width (128 or 256) launch picks for a shape, and a launch with it
- * forced (bn 0 = automatic, -128 = 128 with two CTAs per SM): for tests and
- * the development harness. */
-int fp4_sm90_prefill5_bn(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill5_launch_bn(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
-                                       fp4_err *err);
-}
 
 size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k)
 {

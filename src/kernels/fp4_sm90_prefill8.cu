@@ -273,37 +273,6 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
 static int64_t p6_np(int64_t n) { return (n + P6_NPAD - 1) / P6_NPAD * P6_NPAD; }
 static int64_t p6_ks(int64_t k) { return (k + P6_BK - 1) / P6_BK; }
 
-extern "C" {
-size_t fp4_sm90_prefill5_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill5_scales_size(int64_t n, int64_t k);
-void fp4_sm90_prefill5_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-
-size_t fp4_sm90_prefill8_codes_size(int64_t n, int64_t k);
-size_t fp4_sm90_prefill8_scales_size(int64_t n, int64_t k);
-void fp4_sm90_prefill8_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k);
-int fp4_sm90_prefill8_fits(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill8_init(fp4_err *err);
-fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
-                                    fp4_err *err);
-/* For tests and the development harness: the tile width launch picks (128 or
- * 256), and a launch with the configuration forced: bn 0 = automatic, 128,
- * 256, or -128 (128 wide, two CTAs per SM); stages 0 = the default, else 4..6
- * (see P6_FOR_EACH_CFG for the instantiated ones); bulk -1 = the default, 0 =
- * B by 16-byte cp.async, 1 = B by bulk copies; parts 1 = the prepass only, 2 =
- * the main kernel only (it reads the workspace the last prepass wrote), 3 = both. */
-int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
-fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
-                                        int parts, cudaStream_t stream, fp4_err *err);
-}
-
-/* Same packed B as v5: the prepass reads v5's layout. */
-size_t fp4_sm90_prefill8_codes_size(int64_t n, int64_t k) { return fp4_sm90_prefill5_codes_size(n, k); }
-size_t fp4_sm90_prefill8_scales_size(int64_t n, int64_t k) { return fp4_sm90_prefill5_scales_size(n, k); }
-void fp4_sm90_prefill8_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
-{
-    fp4_sm90_prefill5_pack_b(b, codes, scales);
-}
 
 /* fp16 tiles of every packed 128-row block (rows padded to 256) and k-step */
 size_t fp4_sm90_prefill8_ws_size(int64_t m, int64_t n, int64_t k)
