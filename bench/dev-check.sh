@@ -19,7 +19,7 @@ echo "== ctest $(( $(date +%s) - t0 )) s"
 echo "== verify every backend on the odd and seed presets"
 $B run --preset odd --backend all --verify-only --quiet --no-ceilings | grep -vE " ok |reference|^$" | tail -n +7
 $B run --preset seed --backend all --verify-only --quiet --no-ceilings | grep -vE " ok |reference|^$" | tail -n +7
-for v in v4-decode ${SANITIZE_VARIANTS:-}; do
+for v in v4-decode v8-prefill ${SANITIZE_VARIANTS:-v7-decode}; do
   for tool in memcheck racecheck; do
     FP4_SM90_KERNEL=$v timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
       --backend fp4-sm90,w4a4-sm90,quantize --shape 3x200x48,17x768x2880 --verify-only --quiet \
