@@ -24,7 +24,7 @@ for v in v4-decode v8-prefill ${SANITIZE_VARIANTS:-v7-decode}; do
     FP4_SM90_KERNEL=$v timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
       --backend fp4-sm90,w4a4-sm90,quantize --shape 3x200x48,17x768x2880 --verify-only --quiet \
       --no-ceilings >/tmp/san.log 2>&1
-    echo "$v $tool: exit $? ($(grep -c "ERROR SUMMARY: 0 errors" /tmp/san.log) clean summaries)"
+    echo "$v $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
   done
 done
 bench/decode-study.sh "${DECODE_VARIANTS:-v1-decode v3-decode v4-decode}"
