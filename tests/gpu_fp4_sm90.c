@@ -303,7 +303,7 @@ int main(void)
     };
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
-                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL};
+                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -380,6 +380,26 @@ int main(void)
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 256, 768, 6144);
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 9, 200, 512);
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 1, 64, 28672);
+    /* v9-mid: every token tile width (M <= 64, <= 128, more: 256) with one and
+     * several token tiles, forced splits (1 writes D from the tile, 3 and 45
+     * (clamped to the k-steps) go through the fp32 sums and the counters),
+     * K with a partial last k-step (48, 2880), weight rows past the 128-row
+     * tile (200, 2000), N not a multiple of 4 (D stored element by element),
+     * the target shapes (8 and 2 splits) */
+    static const char *v9_splits[] = {"1", "3", "45"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_SPLITK", v9_splits[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V9_MID, 16, 768, 2880);
+        test_gemm(ops, inst, FP4_SM90_V9_MID, 100, 200, 6144);
+        test_gemm(ops, inst, FP4_SM90_V9_MID, 300, 2000, 48);
+    }
+    unsetenv("FP4_SM90_SPLITK");
+    static const int64_t v9_shapes[][3] = {
+        {65, 2048, 6144}, {128, 770, 2880}, {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
+        {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
+    };
+    for (size_t i = 0; i < sizeof v9_shapes / sizeof v9_shapes[0]; i++)
+        test_gemm(ops, inst, FP4_SM90_V9_MID, v9_shapes[i][0], v9_shapes[i][1], v9_shapes[i][2]);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

@@ -66,6 +66,9 @@ static const sm90_family sm90_families[] = {
      "prefill8", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
      fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
      fp4_sm90_prefill8_init, fp4_sm90_prefill8_launch, 0},
+    {{FP4_SM90_V9_MID, "v9-mid", FP4_SM90_V9_SUMMARY},
+     "mid9", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
+     fp4_sm90_mid9_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid9_init, fp4_sm90_mid9_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

@@ -52,6 +52,12 @@
  *                   the swizzled shared-memory tiles (workspace), which the
  *                   main kernel bulk-copies into a 6-stage ring: no B
  *                   arithmetic in the wgmma loop (src/kernels/fp4_sm90_prefill8.cu).
+ *   9 "v9-mid"      mid M (and decode): v8's main loop with the operands
+ *                   swapped: the weights (raw codes, swizzled scales) are the
+ *                   wgmma A operand dequantized in registers, the tokens a
+ *                   per-call prepass's fp16 tiles (64, 128 or 256 wide); K
+ *                   split over the grid until the GPU is full, reduced with
+ *                   red.global.add and a last-CTA epilogue (same file).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -81,7 +87,8 @@ enum {
     FP4_SM90_V5_PREFILL = 5,
     FP4_SM90_V6_DECODE = 6,
     FP4_SM90_V7_DECODE = 7,
-    FP4_SM90_V8_PREFILL = 8
+    FP4_SM90_V8_PREFILL = 8,
+    FP4_SM90_V9_MID = 9
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -89,6 +96,7 @@ enum {
 #define FP4_SM90_V5_SUMMARY "large M: wgmma, A dequantized in registers, B dequantized to swizzled smem"
 #define FP4_SM90_V8_SUMMARY "large M: v5 with B dequantized by a prepass into swizzled fp16 tiles, bulk-copied into a 6-stage ring"
 #define FP4_SM90_V7_SUMMARY "small M: one block per 16-row tile over all K, weights streamed by cp.async.bulk, no split K"
+#define FP4_SM90_V9_SUMMARY "mid M: v8's loop with weights as wgmma A (registers) and tokens as B (prepass tiles), split K"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -142,7 +150,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 /* ---- launch -------------------------------------------------------------------- */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V8_PREFILL (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V9_MID (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -247,6 +255,19 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
 int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
                                         int parts, cudaStream_t stream, fp4_err *err);
+
+/* v9-mid (in fp4_sm90_prefill8.cu): the weights raw, the standard swizzled scales */
+size_t fp4_sm90_mid9_codes_size(int64_t n, int64_t k);
+size_t fp4_sm90_mid9_scales_size(int64_t n, int64_t k);
+void fp4_sm90_mid9_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
+size_t fp4_sm90_mid9_ws_size(int64_t m, int64_t n, int64_t k);
+int fp4_sm90_mid9_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_mid9_init(fp4_err *err);
+fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+/* its token tile width (64, 128, 256) and K splits for a shape (forced > 0: that
+ * split count, clamped to the k-steps) */
+void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
+                       int *splits);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,7 @@
 #define P6_NPAD 256         /* v5's packed rows are padded to a multiple of this */
 #define P6_WS_BLOCK 16384   /* fp16 bytes of one 128-row block of one k-step */
 #define P6_DQ_PER 4         /* chunks per prepass thread */
+#define P6_TR_LD 132        /* floats a token row of v9's transposed tile (128 + 4: no bank conflicts) */
 /* Defaults: ring depth per tile width and how B's tiles are copied
  * (bench/prefill6-dev.sh times the alternatives; depth 6 beat 4 by 10-13% at
  * 128 x 256 in bench/results/2026-12-02-h200-s3-prefill6/run1/time6.txt). */
@@ -94,6 +95,9 @@
  * [ST mbarriers (bulk-copy mode)] */
 template <int BN, int ST> struct p6_cfg {
     static constexpr int BTILE = BN * 128; /* multiple of 1024: the swizzle needs that alignment */
+    /* B's tile is NBLK copies of BBYTES from the workspace (BN = 64: half a block) */
+    static constexpr int NBLK = BN >= 128 ? BN / 128 : 1;
+    static constexpr int BBYTES = BN >= 128 ? P6_WS_BLOCK : BN * 128;
     static constexpr int A_BASE = ST * BTILE;
     static constexpr int ASTAGE = P6_BM * WG_ROWB + 512;
     static constexpr int BAR_OFF = ST * BTILE + ST * ASTAGE;
@@ -145,20 +149,21 @@ __global__ void __launch_bounds__(256)
 template <int BN, int ST, bool BULK>
 static __device__ __forceinline__ void p6_load_stage(
     uint32_t sbase, int ls, int KS, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
-    const uint8_t *__restrict__ bw, int M, int arow, bool a16, int m0, int mt_blk, int nb0, int tid)
+    const uint8_t *__restrict__ bw, int M, int arow, bool a16, int m0, int mt_blk, int nb0, int ks0,
+    int tid)
 {
     typedef p6_cfg<BN, ST> C;
     const int slot = ls % ST;
     const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
-    wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ls, tid);
+    wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ks0 + ls, tid);
     if (BULK) {
         if (tid == 0 && !(P6_DEV_ABLATE & 1)) {
             const uint32_t bar = sbase + (uint32_t)(C::BAR_OFF + slot * 8);
             wg_mbar_expect(bar, (uint32_t)(BN * 128));
 #pragma unroll
-            for (int blk = 0; blk < BN / 128; blk++)
+            for (int blk = 0; blk < C::NBLK; blk++)
                 wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + blk * P6_WS_BLOCK),
-                            bw + ((size_t)(nb0 + blk) * KS + ls) * P6_WS_BLOCK, P6_WS_BLOCK, bar);
+                            bw + ((size_t)(nb0 + blk) * KS + ks0 + ls) * P6_WS_BLOCK, C::BBYTES, bar);
         }
     } else if (!(P6_DEV_ABLATE & 1)) {
         const uint32_t b_dst = sbase + (uint32_t)(slot * C::BTILE);
@@ -166,7 +171,7 @@ static __device__ __forceinline__ void p6_load_stage(
         for (int i = 0; i < BN / 32; i++) { /* BN * 8 chunks of 16 bytes, 256 threads */
             const int j = tid + i * P6_THREADS, blk = j >> 10;
             const uint8_t *src =
-                bw + ((size_t)(nb0 + blk) * KS + ls) * P6_WS_BLOCK + (size_t)(j & 1023) * 16;
+                bw + ((size_t)(nb0 + blk) * KS + ks0 + ls) * P6_WS_BLOCK + (size_t)(j & 1023) * 16;
             wg_cp16(b_dst + (uint32_t)(j * 16), src, 16);
         }
     }
@@ -176,9 +181,9 @@ static __device__ __forceinline__ void p6_load_stage(
  * that read them, step s - 2, retired in step s - 1). */
 template <int BN, int ST, bool BULK>
 static __device__ __forceinline__ void p6_step(
-    int s, int KS, float *acc, uint32_t *acur, const unsigned char *smem, uint32_t sbase,
-    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf, const uint8_t *__restrict__ bw,
-    int M, int arow, bool a16, int m0, int mt_blk, int nb0, int tid)
+    int s, int KS, int KSn, int ks0, float *acc, uint32_t *acur, const unsigned char *smem,
+    uint32_t sbase, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+    const uint8_t *__restrict__ bw, int M, int arow, bool a16, int m0, int mt_blk, int nb0, int tid)
 {
     typedef p6_cfg<BN, ST> C;
     const int slot = s % ST;
@@ -192,8 +197,9 @@ static __device__ __forceinline__ void p6_step(
     __syncthreads();
     {
         const int ls = s + ST - 2; /* into the slot of step s - 2 */
-        if (ls < KS)
-            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+        if (ls < KSn)
+            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
+                                        ks0, tid);
         wg_cp_commit(); /* possibly empty: keeps the group count uniform */
     }
     const unsigned char *a_st = smem + C::A_BASE + slot * C::ASTAGE;
@@ -206,24 +212,39 @@ static __device__ __forceinline__ void p6_step(
 #endif /* FP4_SM90_HAVE_WGMMA */
 
 /* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw the prepass's fp16 tiles;
- * d [M, N] bf16. KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN. */
-template <int BN, int MINB, int ST, bool BULK>
+ * KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN, z = K splits
+ * (TR only).
+ * TR false (v8-prefill): d [M, N] bf16, written from the registers.
+ * TR true (v9-mid, swap AB): A is the weight matrix (M = its rows), B the
+ * tokens (N = their count); d is [N, M] (tokens x weights), so the CTA tile
+ * goes through shared memory transposed and leaves as coalesced rows. With
+ * gridDim.z = S > 1 the CTA runs k-steps [z KS / S, (z + 1) KS / S), adds its
+ * fp32 tile into wsf [roundup(N, 256)][roundup(M, 128)] (red.global.add.v4)
+ * and the last of the S CTAs of the tile (counter cnt[tile]) writes d and
+ * re-zeroes its part of wsf and the counter (splitk_last_block). */
+template <int BN, int MINB, int ST, bool BULK, bool TR>
 __global__ void __launch_bounds__(P6_THREADS, MINB)
     fp4_sm90_prefill8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                              const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
-                             int N, int K, int KS, float alpha_eff)
+                             int N, int K, int KS, float alpha_eff, float *__restrict__ wsf,
+                             unsigned *__restrict__ cnt)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
     extern __shared__ unsigned char p6_smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p6_smem_raw);
     const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
-    const unsigned char *smem = p6_smem_raw + pad;
+    unsigned char *smem = p6_smem_raw + pad;
     const uint32_t sbase = raw + pad;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.x * P6_BM, mt_blk = blockIdx.x;
-    const int nb0 = blockIdx.y * (BN / 128); /* first 128-row workspace block */
+    /* first 128-row workspace block of this n tile; BN = 64: its half */
+    const int nb0 = (blockIdx.y * BN) / 128;
+    if (BN < 128) bw += (size_t)((blockIdx.y * BN) % 128) * 128;
     const int arow = K / 2;
     const bool a16 = (arow % 16) == 0;
+    const int S = TR ? (int)gridDim.z : 1;
+    const int ks0 = TR ? (int)(((int64_t)blockIdx.z * KS) / S) : 0;
+    const int KSn = TR ? (int)(((int64_t)(blockIdx.z + 1) * KS) / S) - ks0 : KS;
 
     float acc[BN / 2]; /* the first wgmma runs with scale-d = 0: no initialisation */
     uint32_t ra[16], rb[16];
@@ -240,8 +261,9 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     /* prologue: stages 0 .. ST - 3 */
 #pragma unroll 1
     for (int ls = 0; ls < ST - 2; ls++) {
-        if (ls < KS)
-            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+        if (ls < KSn)
+            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
+                                        ks0, tid);
         wg_cp_commit();
     }
 
@@ -251,19 +273,55 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
      * flight, else ptxas serializes every wgmma (C7513). */
     int s = 0;
 #pragma unroll 1
-    for (; s + 1 < KS; s += 2) {
-        p6_step<BN, ST, BULK>(s, KS, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
-        p6_step<BN, ST, BULK>(s + 1, KS, acc, rb, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
-                        tid);
+    for (; s + 1 < KSn; s += 2) {
+        p6_step<BN, ST, BULK>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
+                              mt_blk, nb0, tid);
+        p6_step<BN, ST, BULK>(s + 1, KS, KSn, ks0, acc, rb, smem, sbase, aq, asf, bw, M, arow, a16,
+                              m0, mt_blk, nb0, tid);
     }
-    if (s < KS)
-        p6_step<BN, ST, BULK>(s, KS, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0, tid);
+    if (s < KSn)
+        p6_step<BN, ST, BULK>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
+                              mt_blk, nb0, tid);
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
     wg_cp_wait<0>();
-    wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+    if (!TR) {
+        wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+        return;
+    }
+    /* TR: every wgmma of the CTA retired after the barrier: the ring is free
+     * for the transposed tile T[token][row] (P6_TR_LD floats a token) */
+    static_assert(!TR || BN * P6_TR_LD * 4 <= p6_cfg<BN, ST>::BAR_OFF, "T tile exceeds the ring");
+    __shared__ int p6_last;
+    __syncthreads();
+    float *T = (float *)smem;
+    {
+        const int lane = tid & 31, g = lane >> 2, t = lane & 3, r0 = (tid >> 5) * 16 + g;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                T[(8 * i + 2 * t + (e & 1)) * P6_TR_LD + r0 + 8 * (e >> 1)] = acc[4 * i + e];
+    }
+    __syncthreads();
+    const int tok0 = blockIdx.y * BN, Mp = (M + 127) / 128 * 128;
+    for (int e = tid; e < BN * (P6_BM / 4); e += P6_THREADS) {
+        const int tok = e / (P6_BM / 4), c4 = (e % (P6_BM / 4)) * 4;
+        const int n = tok0 + tok, m = m0 + c4; /* d row (token), d column (weight row) */
+        if (n >= N) continue;
+        const float4 v = *(const float4 *)(T + tok * P6_TR_LD + c4);
+        if (S == 1) {
+            if (m < M) store_bf16x4(d, n, m, M, v, alpha_eff, (M & 3) == 0);
+        } else {
+            red_add4(wsf + (size_t)n * Mp + m, v);
+        }
+    }
+    if (S > 1)
+        splitk_last_block(wsf, cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x, d, S, tok0, m0, BN,
+                          P6_BM, N, M, Mp, alpha_eff, &p6_last);
 #else
     (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
+    (void)wsf, (void)cnt;
     __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
 #endif
 }
@@ -309,11 +367,13 @@ int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms)
     X(256, 1, 4, false) X(256, 1, 5, false) X(256, 1, 6, false) X(128, 1, 4, false)            \
     X(128, 1, 6, false) X(128, 2, 4, false) X(256, 1, 4, true) X(256, 1, 5, true)              \
     X(256, 1, 6, true) X(128, 1, 6, true) X(128, 2, 4, true)
+/* v9-mid's (transposed output, split K): token tiles of 256, 128 or 64, bulk copies */
+#define P9_FOR_EACH_CFG(X) X(256, 1, 6, true) X(128, 1, 6, true) X(64, 1, 6, true)
 
 fp4_status fp4_sm90_prefill8_init(fp4_err *err)
 {
 #define P6_SET_SMEM(BN_, MINB_, ST_, BULK_)                                                    \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, false>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,          \
                                            p6_cfg<BN_, ST_>::SMEM));
     P6_FOR_EACH_CFG(P6_SET_SMEM)
@@ -323,7 +383,7 @@ fp4_status fp4_sm90_prefill8_init(fp4_err *err)
 
 /* FP4_OK when the current device is sm_90 and this build holds machine code for
  * it (the 90a target): elsewhere the kernels are traps. */
-static fp4_status p6_runs_here(const void *kernel, fp4_err *err)
+static fp4_status p6_runs_here(const void *kernel, const char *name, fp4_err *err)
 {
     int dev = 0, maj = 0, min = 0;
     FP4_CUDA_TRY(err, cudaGetDevice(&dev));
@@ -331,14 +391,14 @@ static fp4_status p6_runs_here(const void *kernel, fp4_err *err)
     FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
     if (maj != 9 || min != 0)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 v8-prefill: needs sm_90 (wgmma), this GPU is sm_%d%d", maj, min);
+                        "fp4-sm90 %s: needs sm_90 (wgmma), this GPU is sm_%d%d", name, maj, min);
     cudaFuncAttributes fa;
     const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: clear it for the launch checks */
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 v8-prefill: not compiled for this GPU (needs the 90a target): %s",
-                        cudaGetErrorString(e));
+                        "fp4-sm90 %s: not compiled for this GPU (needs the 90a target): %s",
+                        name, cudaGetErrorString(e));
     }
     return FP4_OK;
 }
@@ -365,14 +425,14 @@ fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int
     const void *kernel = NULL;
 #define P6_PICK(BN_, MINB_, ST_, BULK_)                                                        \
     if (bn == BN_ && (MINB_ == 2) == two_per_sm && stages == ST_ && (bulk != 0) == BULK_)      \
-        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>;
+        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, false>;
     P6_FOR_EACH_CFG(P6_PICK)
 #undef P6_PICK
     if (!kernel)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90 v8-prefill: no kernel for tile width %d%s, %d stages, %s", bn,
                         two_per_sm ? " x2" : "", stages, bulk ? "bulk copies" : "cp.async");
-    fp4_status st = p6_runs_here(kernel, err);
+    fp4_status st = p6_runs_here(kernel, "v8-prefill", err);
     if (st != FP4_OK) return st;
 
     const int KS = (int)p6_ks(a->k);
@@ -392,12 +452,14 @@ fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int
         const dim3 grid(mtiles, ntiles);
         int smem = 0;
 #define P6_SMEM_OF(BN_, MINB_, ST_, BULK_)                                                     \
-    if (kernel == (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_>)                \
+    if (kernel == (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, false>)         \
         smem = p6_cfg<BN_, ST_>::SMEM;
         P6_FOR_EACH_CFG(P6_SMEM_OF)
 #undef P6_SMEM_OF
+        float *no_wsf = NULL;
+        unsigned *no_cnt = NULL;
         void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
-                        NULL, NULL, NULL, NULL, NULL};
+                        NULL, NULL, NULL, NULL, NULL, (void *)&no_wsf, (void *)&no_cnt};
         const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
         args[4] = (void *)&M, args[5] = (void *)&N, args[6] = (void *)&K, args[7] = (void *)&KS;
         args[8] = (void *)&alpha_eff;
@@ -416,4 +478,190 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
                     "fp4-sm90 v8-prefill: not yet verified on a GPU; bench/prefill6-dev.sh checks "
                     "it, then set P6_VERIFIED to 1");
 #endif
+}
+
+/* ==== v9-mid: v8's main loop with the operands swapped ==================================
+ *
+ * Why: v8 tiles the tokens by 128 and has no split K, so below M ~ 2048 it
+ * runs on a fraction of the SMs (16 CTAs at 256x2048x6144), and v4 (mma.sync)
+ * re-dequantizes the weights once per 32-token chunk (45 us at 256x2048x6144,
+ * 0.30x cuBLAS bf16). v9 makes the weights wgmma's A operand (raw NVFP4 rows
+ * with the standard swizzled scales, dequantized into registers by v8's A
+ * path: once per weight element and token tile) and the tokens its B operand:
+ * a prepass (fp4_sm90_mid9_tok_kernel) turns the raw run-time tokens into the
+ * fp16 swizzled tiles v8's weight prepass makes, with the same k permutation,
+ * and the main kernel bulk-copies them. Tiles: 128 weight rows x 64, 128 or
+ * 256 tokens; K is split over grid.z until the CTAs fill the GPU once, the
+ * partial tiles summed by red.global.add.v4 into an fp32 workspace whose last
+ * CTA writes D (no second launch). D = [tokens, weights] is written through a
+ * transposed shared-memory tile (coalesced rows).
+ * Prediction (H200): 256x2048x6144: 16 tiles x 8 splits, 6.4 GFLOP at v8's
+ * ~600 TFLOP/s + ~2 us prepass/reduction: ~13 us; 64x2048: 16 x 8 CTAs of
+ * 128 x 64, ~5-7 us; 16x2048: same tile, a quarter of it used: ~6 us.
+ */
+
+/* Token prepass: raw NVFP4 tokens (codes [M, K/2], swizzled scales) -> the
+ * swizzled fp16 tiles of v8's weight prepass, k permutation included
+ * (fp4_sm90_prefill5.cu p5_perm: chunk c of a row's step holds positions
+ * 8c..8c+7, and position 8c + 2r + h is k = 16r + 8(c & 1) + (c >> 1) + 4h of
+ * the step, in k-block r). Rows rows_out..: not written (never read); rows
+ * M..rows_out - 1: zero. One thread a 16-byte chunk. */
+__global__ void __launch_bounds__(256)
+    fp4_sm90_mid9_tok_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+                             uint4 *__restrict__ ws, int M, int rows_out, int K, int KS,
+                             int64_t nchunks)
+{
+    const int64_t q = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (q >= nchunks) return;
+    const int64_t blk = q >> 10;
+    const int nt = (int)(blk / KS), s = (int)(blk % KS);
+    const int rr = (int)(q >> 3) & 127, c = ((int)q & 7) ^ (rr & 7);
+    const int m = nt * 128 + rr;
+    if (m >= rows_out) return;
+    if (m >= M) {
+        ws[q] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+    const int arow = K / 2, KB = K / 16;
+    const uint8_t *row = aq + (size_t)m * arow + (size_t)s * 32;
+    const int left = arow - s * 32; /* code bytes of this step inside the row */
+    uint32_t w = 0, sw = 0;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int k = 16 * r + 8 * (c & 1) + (c >> 1) + 4 * h; /* within the step */
+            const uint32_t byte = (k >> 1) < left ? (uint32_t)__ldg(row + (k >> 1)) : 0u;
+            w |= ((byte >> (4 * (k & 1))) & 0xFu) << (4 * (r + 4 * h));
+        }
+        const int kb = 4 * s + r;
+        if (kb < KB) sw |= (uint32_t)__ldg(asf + swz_off(m, kb, 4 * KS)) << (8 * r);
+    }
+    uint32_t sc[4];
+    wg_b_scales(sw, sc);
+    ws[q] = wg_b_word(w, sc);
+}
+
+static int64_t p9_rup(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+#define P9_MAX_SPLITS 16
+#define P9_ALIGN(x) (((x) + 255) / 256 * 256)
+
+/* the weights as v8's A: raw codes and the standard swizzled scales */
+size_t fp4_sm90_mid9_codes_size(int64_t n, int64_t k) { return (size_t)n * (size_t)(k / 2); }
+size_t fp4_sm90_mid9_scales_size(int64_t n, int64_t k) { return fp4_swizzled_size(n, k); }
+
+void fp4_sm90_mid9_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
+{
+    const int64_t N = b->rows, K = b->cols, KB = K / 16, kbp = fp4_swizzled_kblocks(K);
+    memcpy(codes, b->codes, fp4_sm90_mid9_codes_size(N, K));
+    memset(scales, 0, fp4_sm90_mid9_scales_size(N, K));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t kb = 0; kb < KB; kb++)
+            scales[fp4_swizzle_offset(n, kb, kbp)] = b->scales[(size_t)n * (size_t)KB + (size_t)kb];
+}
+
+/* workspace: the tokens' fp16 tiles (rows padded to 256), the fp32 split-K
+ * sums [roundup(m, 256)][roundup(n, 128)], one arrival counter a tile */
+static size_t p9_tok_bytes(int64_t m, int64_t k)
+{
+    return (size_t)(p9_rup(m, 256) / 128) * (size_t)p6_ks(k) * P6_WS_BLOCK;
+}
+static size_t p9_sum_bytes(int64_t m, int64_t n) { return (size_t)p9_rup(m, 256) * (size_t)p9_rup(n, 128) * 4; }
+
+size_t fp4_sm90_mid9_ws_size(int64_t m, int64_t n, int64_t k)
+{
+    const size_t cnt = (size_t)(p9_rup(n, 128) / 128) * (size_t)(p9_rup(m, 64) / 64) * 4;
+    return P9_ALIGN(p9_tok_bytes(m, k)) + P9_ALIGN(p9_sum_bytes(m, n)) + P9_ALIGN(cnt);
+}
+
+int fp4_sm90_mid9_fits(int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    (void)num_sms;
+    if (m < 1 || n < 1 || k < 16 || k % 16 != 0) return 0;
+    if ((m + 63) / 64 > 65535) return 0; /* grid y (token tiles) */
+    if (k / 2 > INT32_MAX / 2 || n > INT32_MAX - P6_BM || m > INT32_MAX - 256) return 0;
+    return 1;
+}
+
+/* token tile width and K splits: tiles of 64 / 128 / 256 tokens (the fewest
+ * that hold M up to 256), then splits until the CTAs fill the GPU once (at
+ * most 16, at least 4 k-steps a split); forced > 0: that many (at most KS) */
+void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
+                       int *splits)
+{
+    *bn = m <= 64 ? 64 : m <= 128 ? 128 : 256;
+    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
+    const int64_t ks = p6_ks(k);
+    int64_t s;
+    if (forced > 0) {
+        s = forced < ks ? forced : ks;
+    } else {
+        s = num_sms > 0 ? num_sms / tiles : 1;
+        if (s > ks / 4) s = ks / 4;
+        if (s > P9_MAX_SPLITS) s = P9_MAX_SPLITS;
+    }
+    *splits = s < 1 ? 1 : (int)s;
+}
+
+fp4_status fp4_sm90_mid9_init(fp4_err *err)
+{
+#define P9_SET_SMEM(BN_, MINB_, ST_, BULK_)                                                    \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                           p6_cfg<BN_, ST_>::SMEM));
+    P9_FOR_EACH_CFG(P9_SET_SMEM)
+#undef P9_SET_SMEM
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v9-mid: shape %lldx%lldx%lld not supported",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
+    const size_t ws_need = fp4_sm90_mid9_ws_size(a->m, a->n, a->k);
+    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "fp4-sm90 v9-mid: needs a 16-byte aligned, once-zeroed workspace of %zu "
+                        "bytes (got %zu at %p)",
+                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    int bn = 0, splits = 1;
+    fp4_sm90_mid9_cfg(a->m, a->n, a->k, a->num_sms, a->splits, &bn, &splits);
+    const int two_per_sm = 0;
+    const void *kernel = NULL;
+    int smem = 0;
+#define P9_PICK(BN_, MINB_, ST_, BULK_)                                                        \
+    if (!kernel && bn == BN_ && (MINB_ == 2) == two_per_sm) {                                  \
+        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true>;         \
+        smem = p6_cfg<BN_, ST_>::SMEM;                                                         \
+    }
+    P9_FOR_EACH_CFG(P9_PICK)
+#undef P9_PICK
+    if (!kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v9-mid: no kernel for %d-token tiles", bn);
+    fp4_status st = p6_runs_here(kernel, "v9-mid", err);
+    if (st != FP4_OK) return st;
+
+    uint8_t *ws = (uint8_t *)a->workspace;
+    float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
+    unsigned *cnt = (unsigned *)((uint8_t *)wsf + P9_ALIGN(p9_sum_bytes(a->m, a->n)));
+    const int KS = (int)p6_ks(a->k);
+    {   /* tokens: the rows the tiles read, fp16 tiles in 128-row blocks */
+        const int64_t rows_out = p9_rup(a->m, bn);
+        const int64_t nchunks = (p9_rup(rows_out, 128) / 128) * KS * 1024;
+        fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
+            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
+        FP4_CUDA_LAUNCH_TRY(err);
+    }
+    /* both operands carry 2^-7 from the dequantization */
+    const float alpha_eff = a->alpha * 16384.0f;
+    const dim3 grid((unsigned)((a->n + P6_BM - 1) / P6_BM), (unsigned)((a->m + bn - 1) / bn),
+                    (unsigned)splits);
+    const uint8_t *wq = a->b_codes, *wsc = a->b_sf, *tok = ws;
+    const int Mw = (int)a->n, Nt = (int)a->m, K = (int)a->k;
+    void *args[] = {(void *)&wq,  (void *)&wsc, (void *)&tok,       (void *)&a->d,
+                    (void *)&Mw,  (void *)&Nt,  (void *)&K,         (void *)&KS,
+                    (void *)&alpha_eff, (void *)&wsf, (void *)&cnt};
+    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, grid, dim3(P6_THREADS), args, (size_t)smem, stream));
+    return FP4_OK;
 }

@@ -183,6 +183,21 @@ static __device__ __forceinline__ void wg_mma_n128(float *d, uint32_t a0, uint32
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
 }
 
+static __device__ __forceinline__ void wg_mma_n64(float *d, uint32_t a0, uint32_t a1, uint32_t a2,
+                                                  uint32_t a3, uint64_t desc, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+}
+
 /* The 4 wgmmas (k16 slices) of one k-step: BN / 2 accumulators per thread,
  * B tile at shared address btile (BN rows of 128 bytes, swizzled). */
 template <int BN>
@@ -195,9 +210,12 @@ static __device__ __forceinline__ void wg_mma_step(float *acc, const uint32_t *a
         if (BN == 256)
             wg_mma_n256(acc, afr[4 * j], afr[4 * j + 1], afr[4 * j + 2], afr[4 * j + 3],
                         desc + (uint64_t)(2 * j), (first && j == 0) ? 0 : 1);
-        else
+        else if (BN == 128)
             wg_mma_n128(acc, afr[4 * j], afr[4 * j + 1], afr[4 * j + 2], afr[4 * j + 3],
                         desc + (uint64_t)(2 * j), (first && j == 0) ? 0 : 1);
+        else
+            wg_mma_n64(acc, afr[4 * j], afr[4 * j + 1], afr[4 * j + 2], afr[4 * j + 3],
+                       desc + (uint64_t)(2 * j), (first && j == 0) ? 0 : 1);
     }
 }
 
