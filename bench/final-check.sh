@@ -2,7 +2,7 @@
 # Short recorded call for the end of a session with little device time: build,
 # the fp4-sm90 and quantizer GPU tests (every variant forced), the issue-4
 # targets, the M sweep (optional: SWEEP=0 skips it) and the prefill shapes
-# around the decode/prefill switch. Output under $OUT.
+# around the decode/prefill switch (PREFILL_M=0 skips them). Output under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/fp4out}
 mkdir -p "$OUT" /tmp/cjson
@@ -29,6 +29,6 @@ for t in gpu_fp4_sm90 gpu_quantize; do
 done
 [ "${SWEEP:-1}" = 1 ] && $B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 1 \
    --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90 | head -40
-$B run --shape 512x2048x6144,1024x2048x6144,2048x2048x6144,512x768x6144,1024x768x6144,8192x768x6144 \
+[ "${PREFILL_M:-1}" = 1 ] && $B run --shape 512x2048x6144,1024x2048x6144,2048x2048x6144,512x768x6144,1024x768x6144,8192x768x6144 \
    --json "$OUT/prefill-m.json" --quiet --max-time 1 --no-ceilings \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90

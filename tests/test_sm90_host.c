@@ -1,8 +1,8 @@
 /* fp4-sm90's host-side rules, no GPU needed: the choice of kernel
  * (fp4_sm90_choose) at the points it was measured on (docs/PERF.md, "The
  * heuristic"), FP4_SM90_KERNEL forcing a variant, and the argument checks
- * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode and
- * v8-prefill included. */
+ * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode,
+ * v8-prefill and v9-mid included. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +32,8 @@ static void test_checks(void)
     a.splits = 1; /* v4 with one split needs its workspace all the same */
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
     CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
-    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL};
-    for (int i = 0; i < 2; i++) {
+    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID};
+    for (int i = 0; i < 3; i++) {
         a.variant = with_ws[i];
         a.m = with_ws[i] == FP4_SM90_V8_PREFILL ? 4096 : 16;
         const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
@@ -54,6 +54,10 @@ static void test_checks(void)
     /* v8's fp16 B: 2 bytes an element of B padded to 256 rows and 64 k */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V8_PREFILL, 4096, 2048, 6144) ==
           (size_t)2048 * 6144 * 2);
+    /* v9: the tokens' fp16 tiles (rows padded to 256), the fp32 sums
+     * [256][2048], 16 x 4 counters, each part rounded up to 256 bytes */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V9_MID, 200, 2048, 6144) ==
+          (size_t)256 * 6144 * 2 + (size_t)256 * 2048 * 4 + 256);
     /* v7 needs none */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V7_DECODE, 16, 2048, 6144) == 0);
     a.variant = FP4_SM90_V7_DECODE;
@@ -75,17 +79,35 @@ int main(void)
     test_checks();
     unsetenv("FP4_SM90_KERNEL");
     const int sms = 132;
-    /* decode below M = 512 at every N of the presets */
+    /* decode (v4) up to M = 96 at every N of the presets */
     CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
     CHECK(fp4_sm90_choose(16, 28672, 4096, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(511, 8192, 8192, sms) == FP4_SM90_V4_DECODE);
-    /* N = 768: v4 measured faster than v5 up to M = 1024 (67.5 against 71.2 us) */
-    CHECK(fp4_sm90_choose(512, 768, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(1024, 768, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(96, 768, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(96, 8192, 8192, sms) == FP4_SM90_V4_DECODE);
+    /* v9-mid above M = 96 up to the prefill switch (21.7 us against v4's 23.5
+     * at 128x2048x6144, 51.2 against v8's 53.8 at 512x2048x6144, 48.3 against
+     * v4's 67.0 at 1024x768x6144) */
+    CHECK(fp4_sm90_choose(97, 2048, 6144, sms) == FP4_SM90_V9_MID);
+    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V9_MID);
+    CHECK(fp4_sm90_choose(1023, 8192, 8192, sms) == FP4_SM90_V9_MID);
+    CHECK(fp4_sm90_choose(1024, 768, 6144, sms) == FP4_SM90_V9_MID);
+    /* prefill (v8) from M = 1024 once M x N > 1024 x 768 (57 us against v9's 84
+     * at 1024x2048x6144) */
     CHECK(fp4_sm90_choose(1025, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
-    /* N = 2048: v5 from M = 512 (72.0 against 89.6 us) */
-    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(1024, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V8_PREFILL);
+    /* v9's tiles and splits: one wave of CTAs, at least 4 k-steps a split */
+    int bn = 0, splits = 0;
+    fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &splits);
+    CHECK(bn == 256 && splits == 8);
+    fp4_sm90_mid9_cfg(100, 768, 6144, sms, 0, &bn, &splits);
+    CHECK(bn == 128 && splits == 16);
+    fp4_sm90_mid9_cfg(600, 2048, 48, sms, 0, &bn, &splits);
+    CHECK(bn == 256 && splits == 1);
+    fp4_sm90_mid9_cfg(16, 2048, 2880, sms, 45, &bn, &splits);
+    CHECK(bn == 64 && splits == 45);
+    fp4_sm90_mid9_cfg(16, 2048, 2880, sms, 99, &bn, &splits);
+    CHECK(splits == 45); /* clamped to the k-steps */
     /* forced, by name, alias and number; junk falls back to the rule */
     setenv("FP4_SM90_KERNEL", "v1-decode", 1);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);

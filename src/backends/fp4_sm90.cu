@@ -122,17 +122,18 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. prefill (v8, else v5, else v2) when m >= 512 and m * n > 1024 * 768. Prefill has
- *    no split K: below that it has too few output tiles (at most 48 of 128x128
- *    for 132 SMs) and costs a full wave's time whatever the tile count, while
- *    the decode kernel's time grows with m * n * k (about 1.4e-14 s per
- *    multiply-add on the H200 from M = 512 up);
- * 3. otherwise decode (v4, else v3, else v1): its cost is the weight stream
- *    plus the dequantization, repeated per token chunk; split K fills the GPU
- *    at any N.
- * Measured on the H200 (docs/PERF.md, "The heuristic"): v4 against v5 forced,
- * 512x768x6144 37.0 us against 71.0, 768x768 57.8 / 71.1, 1024x768 67.5 /
- * 71.2, 512x2048 89.6 / 72.0. */
+ * 2. prefill (v8, else v5, else v2) when m >= 1024 and m * n > 1024 * 768:
+ *    enough 128 x 256 output tiles to fill the GPU without split K;
+ * 3. v9-mid when m > 96: the weights dequantized once per 64-256 tokens on
+ *    wgmma, K split until the GPU is full (v4 re-dequantizes them every 32
+ *    tokens on mma.sync);
+ * 4. otherwise decode (v4, else v3, else v1): the weight stream plus the
+ *    dequantization; split K fills the GPU at any N.
+ * Measured on the H200 in one call (bench/results/2026-12-02-h200-s4-dev,
+ * v9 forced against the rule of the time, us): 128x2048x6144 21.7 (v4 23.5),
+ * 256x2048 34.5 (v4 45.4), 512x2048 51.2 (v8 53.8), 1024x2048 83.8 (v8
+ * 56.9), 64x2048 16.1 (v4 16.9), 16x2048 19.9 (v4 8.4), 1024x768x6144 48.3
+ * (v4 67.0), 256x768 27.5 (v4 27.2), 64x768 12.6 (v4 11.0). */
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
@@ -144,7 +145,8 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
                         : fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
                             ? FP4_SM90_V5_PREFILL
                             : FP4_SM90_V2_PREFILL;
-    if (m >= 512 && m * n > (int64_t)1024 * 768) return prefill;
+    if (m >= 1024 && m * n > (int64_t)1024 * 768) return prefill;
+    if (m > 96 && fp4_sm90_variant_fits(FP4_SM90_V9_MID, m, n, k, num_sms)) return FP4_SM90_V9_MID;
     /* v4-decode, faster than v1 and v3 at every decode shape measured
      * (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against 11.2 / 13.4,
      * 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46 against 115 /

@@ -26,7 +26,7 @@
  *   them) and a contiguous K range of a block's split; loads run D k-steps
  *   ahead in a register ring. 8 warps a block split the block's K range;
  *   grid = row blocks x K splits x token chunks, sized for about two blocks
- *   per SM.
+ *   per SM (one from 32 row blocks up, measured).
  * - Reduction: warps through shared memory (one barrier); K splits with
  *   red.global.add.v4.f32 into an fp32 workspace and a per-tile arrival
  *   counter: the last block writes bf16 D and re-zeroes its workspace tile
@@ -273,9 +273,15 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
     d4_shape(m, &c->rt, &c->nt);
     c->zc = (int)((m + 8 * c->nt - 1) / (8 * c->nt));
     c->rbs = (int)(Np / (16 * c->rt));
-    /* about two blocks of 8 warps per SM: k-steps per warp from the total */
+    /* k-steps per warp from the total, for about two blocks of 8 warps per
+     * SM, or one when there are 32 row blocks or more: their split sweep on
+     * the H200 (bench/results/2026-12-02-h200-s4-dev/call1/splitk-v4-decode.txt)
+     * has 16x2048x6144 at 7.68 us with 4 splits against 8.45 with the 6 of
+     * two blocks, 64x2048x6144 16.2 with 1 against 17.0 with 2, 16x8192x8192
+     * 18.3 with 1 against 19.8 with 2; at N = 768 (12 and 24 row blocks) two
+     * blocks stay best (16x768: 6.21 us, 64x768: 10.85) */
     const int64_t units = (int64_t)c->rbs * c->zc * KS;
-    const int64_t warps = (int64_t)sms * 2 * D4_WARPS;
+    const int64_t warps = (int64_t)sms * (c->rbs >= 32 ? 1 : 2) * D4_WARPS;
     int64_t kpw = (units + warps - 1) / warps;
     if (kpw < 1) kpw = 1;
     int64_t kper = kpw * D4_WARPS;
