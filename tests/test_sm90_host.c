@@ -74,9 +74,44 @@ static void test_checks(void)
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
 }
 
+/* v9-mid's weight packing: [128-row tile][k-step][row][32 bytes], zero padded */
+static void test_mid9_pack(void)
+{
+    const int64_t N = 130, K = 80, KS = 2, rowb = K / 2;
+    fp4_matrix b;
+    fp4_err err;
+    CHECK(fp4_matrix_alloc(&b, N, K, &err) == FP4_OK);
+    for (int64_t i = 0; i < N * rowb; i++) b.codes[i] = (uint8_t)(i * 37 + 11);
+    for (int64_t i = 0; i < N * (K / 16); i++) b.scales[i] = (uint8_t)(i * 13 + 5);
+    const size_t cs = fp4_sm90_packed_b_codes_size(FP4_SM90_V9_MID, N, K);
+    const size_t ss = fp4_sm90_packed_b_scales_size(FP4_SM90_V9_MID, N, K);
+    CHECK(cs == (size_t)256 * KS * 32);
+    uint8_t *codes = malloc(cs), *scales = malloc(ss);
+    CHECK(codes && scales);
+    if (!codes || !scales) return;
+    CHECK(fp4_sm90_pack_b(FP4_SM90_V9_MID, &b, codes, scales, &err) == FP4_OK);
+    int bad = 0;
+    for (int64_t n = 0; n < 256; n++)
+        for (int64_t s = 0; s < KS; s++)
+            for (int64_t j = 0; j < 32; j++) {
+                const uint8_t want = n < N && 32 * s + j < rowb ? b.codes[n * rowb + 32 * s + j] : 0;
+                bad += codes[(((n / 128) * KS + s) * 128 + n % 128) * 32 + j] != want;
+            }
+    CHECK(bad == 0);
+    bad = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t kb = 0; kb < K / 16; kb++)
+            bad += scales[fp4_swizzle_offset(n, kb, fp4_swizzled_kblocks(K))] != b.scales[n * (K / 16) + kb];
+    CHECK(bad == 0);
+    free(codes);
+    free(scales);
+    fp4_matrix_free(&b);
+}
+
 int main(void)
 {
     test_checks();
+    test_mid9_pack();
     unsetenv("FP4_SM90_KERNEL");
     const int sms = 132;
     /* decode (v4) up to M = 96 at every N of the presets */

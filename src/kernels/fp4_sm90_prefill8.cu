@@ -101,7 +101,7 @@ template <int BN, int ST> struct p6_cfg {
     static constexpr int A_BASE = ST * BTILE;
     static constexpr int ASTAGE = P6_BM * WG_ROWB + 512;
     static constexpr int BAR_OFF = ST * BTILE + ST * ASTAGE;
-    static constexpr int SMEM = BAR_OFF + 64 + 1024; /* +1024: alignment */
+    static constexpr int SMEM = BAR_OFF + (8 * ST + 63) / 64 * 64 + 1024; /* +1024: alignment */
 };
 
 /* ---- prepass: packed fp4 -> swizzled fp16 tiles ------------------------------------- */
@@ -142,11 +142,25 @@ __global__ void __launch_bounds__(256)
 /* ---- main kernel -------------------------------------------------------------------- */
 
 #ifdef FP4_SM90_HAVE_WGMMA
+/* v9's A (the weights, fp4_sm90_mid9_pack_b): tile mt_blk's k-step L is 4096
+ * contiguous bytes [128 rows][32], zero-padded; plus its 512-byte scale tile.
+ * Contiguous blocks instead of 32-byte pieces of 128 rows 3 KB apart: the
+ * weights are streamed from DRAM once, by every CTA at the same k-step. */
+static __device__ __forceinline__ void p9_load_a(uint32_t a_dst, uint32_t asf_dst,
+                                                 const uint8_t *__restrict__ aq,
+                                                 const uint8_t *__restrict__ asf, int mt_blk,
+                                                 int KS, int L, int tid)
+{
+    const size_t blk = (size_t)mt_blk * KS + L;
+    wg_cp16(a_dst + (uint32_t)(tid * 16), aq + blk * 4096 + tid * 16, 16);
+    if (tid < 32) wg_cp16(asf_dst + (uint32_t)(tid * 16), asf + blk * 512 + tid * 16, 16);
+}
+
 /* Issue the copies of stage ls into ring slot ls % ST: A's raw tile and scales
  * (cp.async, the caller commits), B's BN x 128-byte fp16 tile (BN / 128
  * workspace blocks of 16 KB): BULK: bulk copies issued by thread 0, counted on
  * the slot's mbarrier; else 16-byte cp.asyncs by every thread. */
-template <int BN, int ST, bool BULK>
+template <int BN, int ST, bool BULK, bool TR>
 static __device__ __forceinline__ void p6_load_stage(
     uint32_t sbase, int ls, int KS, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
     const uint8_t *__restrict__ bw, int M, int arow, bool a16, int m0, int mt_blk, int nb0, int ks0,
@@ -155,7 +169,10 @@ static __device__ __forceinline__ void p6_load_stage(
     typedef p6_cfg<BN, ST> C;
     const int slot = ls % ST;
     const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
-    wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ks0 + ls, tid);
+    if (TR) /* v9's packed weights: the 4 KB of (tile, k-step) are contiguous, no tails */
+        p9_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, mt_blk, KS, ks0 + ls, tid);
+    else
+        wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ks0 + ls, tid);
     if (BULK) {
         if (tid == 0 && !(P6_DEV_ABLATE & 1)) {
             const uint32_t bar = sbase + (uint32_t)(C::BAR_OFF + slot * 8);
@@ -179,7 +196,7 @@ static __device__ __forceinline__ void p6_load_stage(
 
 /* One k-step s (see the top). acur: this step's A registers (free: the wgmma
  * that read them, step s - 2, retired in step s - 1). */
-template <int BN, int ST, bool BULK>
+template <int BN, int ST, bool BULK, bool TR>
 static __device__ __forceinline__ void p6_step(
     int s, int KS, int KSn, int ks0, float *acc, uint32_t *acur, const unsigned char *smem,
     uint32_t sbase, const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
@@ -198,7 +215,7 @@ static __device__ __forceinline__ void p6_step(
     {
         const int ls = s + ST - 2; /* into the slot of step s - 2 */
         if (ls < KSn)
-            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
+            p6_load_stage<BN, ST, BULK, TR>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
                                         ks0, tid);
         wg_cp_commit(); /* possibly empty: keeps the group count uniform */
     }
@@ -262,7 +279,7 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
 #pragma unroll 1
     for (int ls = 0; ls < ST - 2; ls++) {
         if (ls < KSn)
-            p6_load_stage<BN, ST, BULK>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
+            p6_load_stage<BN, ST, BULK, TR>(sbase, ls, KS, aq, asf, bw, M, arow, a16, m0, mt_blk, nb0,
                                         ks0, tid);
         wg_cp_commit();
     }
@@ -274,13 +291,13 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     int s = 0;
 #pragma unroll 1
     for (; s + 1 < KSn; s += 2) {
-        p6_step<BN, ST, BULK>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
+        p6_step<BN, ST, BULK, TR>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
                               mt_blk, nb0, tid);
-        p6_step<BN, ST, BULK>(s + 1, KS, KSn, ks0, acc, rb, smem, sbase, aq, asf, bw, M, arow, a16,
+        p6_step<BN, ST, BULK, TR>(s + 1, KS, KSn, ks0, acc, rb, smem, sbase, aq, asf, bw, M, arow, a16,
                               m0, mt_blk, nb0, tid);
     }
     if (s < KSn)
-        p6_step<BN, ST, BULK>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
+        p6_step<BN, ST, BULK, TR>(s, KS, KSn, ks0, acc, ra, smem, sbase, aq, asf, bw, M, arow, a16, m0,
                               mt_blk, nb0, tid);
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
@@ -367,8 +384,10 @@ int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms)
     X(256, 1, 4, false) X(256, 1, 5, false) X(256, 1, 6, false) X(128, 1, 4, false)            \
     X(128, 1, 6, false) X(128, 2, 4, false) X(256, 1, 4, true) X(256, 1, 5, true)              \
     X(256, 1, 6, true) X(128, 1, 6, true) X(128, 2, 4, true)
-/* v9-mid's (transposed output, split K): token tiles of 256, 128 or 64, bulk copies */
-#define P9_FOR_EACH_CFG(X) X(256, 1, 6, true) X(128, 1, 6, true) X(64, 1, 6, true)
+/* v9-mid's (transposed output, split K): token tiles of 256, 128 or 64, bulk
+ * copies; the narrow tiles' stages are small (12.5 and 20.5 KB), so their rings
+ * are deeper: 10 and 8 stages in flight instead of 4 */
+#define P9_FOR_EACH_CFG(X) X(256, 1, 6, true) X(128, 1, 10, true) X(64, 1, 12, true)
 
 fp4_status fp4_sm90_prefill8_init(fp4_err *err)
 {
@@ -485,9 +504,10 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
  * Why: v8 tiles the tokens by 128 and has no split K, so below M ~ 2048 it
  * runs on a fraction of the SMs (16 CTAs at 256x2048x6144), and v4 (mma.sync)
  * re-dequantizes the weights once per 32-token chunk (45 us at 256x2048x6144,
- * 0.30x cuBLAS bf16). v9 makes the weights wgmma's A operand (raw NVFP4 rows
- * with the standard swizzled scales, dequantized into registers by v8's A
- * path: once per weight element and token tile) and the tokens its B operand:
+ * 0.30x cuBLAS bf16). v9 makes the weights wgmma's A operand (packed at
+ * prepare time so that a CTA's k-step is one contiguous 4 KB block, with the
+ * standard swizzled scales; dequantized into registers by v8's A path: once
+ * per weight element and token tile) and the tokens its B operand:
  * a prepass (fp4_sm90_mid9_tok_kernel) turns the raw run-time tokens into the
  * fp16 swizzled tiles v8's weight prepass makes, with the same k permutation,
  * and the main kernel bulk-copies them. Tiles: 128 weight rows x 64, 128 or
@@ -495,6 +515,13 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
  * partial tiles summed by red.global.add.v4 into an fp32 workspace whose last
  * CTA writes D (no second launch). D = [tokens, weights] is written through a
  * transposed shared-memory tile (coalesced rows).
+ * First measurement (commit 95d8100, raw row-major weights, 6-stage rings):
+ * 34.4 us at 256x2048x6144, 16.1 at 64x2048, 19.9 at 16x2048; Nsight Compute
+ * (bench/results/2026-12-02-h200-s4-dev/call3) showed the SMs active for only
+ * 40-59% of the main kernel's cycles at 1 CTA a SM with equal work per CTA:
+ * uneven CTA times, each latency-bound on its loads. So the weights moved to
+ * contiguous (tile, k-step) blocks and the 64- and 128-token rings were
+ * deepened (12 and 10 stages); not separately measured.
  * Prediction (H200): 256x2048x6144: 16 tiles x 8 splits, 6.4 GFLOP at v8's
  * ~600 TFLOP/s + ~2 us prepass/reduction: ~13 us; 64x2048: 16 x 8 CTAs of
  * 128 x 64, ~5-7 us; 16x2048: same tile, a quarter of it used: ~6 us.
@@ -546,14 +573,27 @@ static int64_t p9_rup(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 #define P9_MAX_SPLITS 16
 #define P9_ALIGN(x) (((x) + 255) / 256 * 256)
 
-/* the weights as v8's A: raw codes and the standard swizzled scales */
-size_t fp4_sm90_mid9_codes_size(int64_t n, int64_t k) { return (size_t)n * (size_t)(k / 2); }
+/* The weights as v8's A, the codes re-ordered so that a CTA's step is one
+ * contiguous block: [128-row tile][k-step][row][32 bytes], rows and K padded
+ * with zeros; the scales in the standard swizzled layout, whose 512-byte
+ * atoms already are one (tile, k-step). */
+size_t fp4_sm90_mid9_codes_size(int64_t n, int64_t k)
+{
+    return (size_t)p9_rup(n, P6_BM) * (size_t)p6_ks(k) * 32;
+}
 size_t fp4_sm90_mid9_scales_size(int64_t n, int64_t k) { return fp4_swizzled_size(n, k); }
 
 void fp4_sm90_mid9_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
 {
     const int64_t N = b->rows, K = b->cols, KB = K / 16, kbp = fp4_swizzled_kblocks(K);
-    memcpy(codes, b->codes, fp4_sm90_mid9_codes_size(N, K));
+    const int64_t KS = p6_ks(K), rowb = K / 2;
+    memset(codes, 0, fp4_sm90_mid9_codes_size(N, K));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t s = 0; s < KS; s++) {
+            const int64_t len = rowb - 32 * s < 32 ? rowb - 32 * s : 32;
+            memcpy(codes + (((size_t)(n / P6_BM) * (size_t)KS + (size_t)s) * P6_BM + (size_t)(n % P6_BM)) * 32,
+                   b->codes + (size_t)n * (size_t)rowb + (size_t)s * 32, (size_t)len);
+        }
     memset(scales, 0, fp4_sm90_mid9_scales_size(N, K));
     for (int64_t n = 0; n < N; n++)
         for (int64_t kb = 0; kb < KB; kb++)
