@@ -6,7 +6,8 @@ and the paired ratio against the run's baseline.
 
 usage: bench/perf_table.py RESULT.json [--backend a,b] [--label x]
        bench/perf_table.py --targets TARGETS.json   issue 4's target table
-       bench/perf_table.py --sweep SWEEP.json       the M sweep (README)"""
+       bench/perf_table.py --sweep SWEEP.json       the M sweep, a row per shape (PERF.md)
+       bench/perf_table.py --sweep-grid SWEEP.json  the M sweep, M across (README)"""
 import json
 import sys
 
@@ -84,6 +85,29 @@ def sweep(path):
               f"| {_us(same.get('cublaslt-fp8'))} | {_us(r)} | {(r or {}).get('variant') or ''} | {rt} |")
 
 
+def sweep_grid(path):
+    """one table per (N, K): M across, a row per backend (median us) and the
+    fp4-sm90 variant and its ratio to cublas-bf16"""
+    d = json.load(open(path))
+    print(f"<!-- {path}: commit {d['fp4bench']['commit']}, {d['started']} -->")
+    by_nk = {}
+    for (m, n, k), same in _shapes(d).items():
+        by_nk.setdefault((n, k), {})[m] = same
+    for (n, k), ms in by_nk.items():
+        cols = sorted(ms)
+        print(f"\n| M (N={n}, K={k}) | " + " | ".join(str(m) for m in cols) + " |")
+        print("|---|" + "---:|" * len(cols))
+        for b in ("cublas-bf16", "cublaslt-fp8", "fp4-sm90"):
+            print(f"| {b} us | " + " | ".join(_us(ms[m].get(b)) for m in cols) + " |")
+        vs = []
+        for m in cols:
+            r = ms[m].get("fp4-sm90")
+            vs.append(f"{r['ratio']['value']:.2f}x" if r and r.get("ratio") else "-")
+        print("| fp4-sm90 vs cublas-bf16 | " + " | ".join(vs) + " |")
+        print("| fp4-sm90 variant | " + " | ".join(
+            ((ms[m].get("fp4-sm90") or {}).get("variant") or "-").split("-")[0] for m in cols) + " |")
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -92,6 +116,8 @@ def main():
         return targets(args[1])
     if args[0] == "--sweep":
         return sweep(args[1])
+    if args[0] == "--sweep-grid":
+        return sweep_grid(args[1])
     path, backends, label = args[0], None, None
     if "--backend" in args:
         backends = args[args.index("--backend") + 1].split(",")
