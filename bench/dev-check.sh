@@ -3,15 +3,9 @@
 # the decode variants side by side, the quantizer and W4A4 rows, and Nsight
 # Compute of the newest decode kernel. Output under $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/fp4out}
-mkdir -p "$OUT" /tmp/cjson
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
-export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+DEV_LOG=0
+source bench/dev-build.sh
 t0=$(date +%s)
-cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERROR=ON \
-      -DCMAKE_BUILD_TYPE=Release >/tmp/c.log 2>&1 && cmake --build build-dev -j16 >>/tmp/c.log 2>&1 ||
-  { grep -E "error|warning" -A3 /tmp/c.log | head -40; exit 1; }
-echo "== build $(( $(date +%s) - t0 )) s"
 B=./build-dev/fp4bench
 (cd build-dev && timeout 300 ctest --output-on-failure -R "gpu_|test_w4a4" -j 3) >"$OUT/ctest.txt" 2>&1
 grep -E "tests passed|Failed|Passed|\*\*\*|CHECK" "$OUT/ctest.txt" | head -30

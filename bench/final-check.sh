@@ -4,14 +4,7 @@
 # targets, the M sweep (optional: SWEEP=0 skips it) and the prefill shapes
 # around the decode/prefill switch (PREFILL_M=0 skips them). Output under $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/fp4out}
-mkdir -p "$OUT" /tmp/cjson
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
-export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-exec > >(tee -a "$OUT/device.log") 2>&1
-cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERROR=ON \
-      -DCMAKE_BUILD_TYPE=Release >/tmp/c.log 2>&1 && cmake --build build-dev -j16 >>/tmp/c.log 2>&1 ||
-  { grep -E "error" -A3 /tmp/c.log | head -20; exit 1; }
+source bench/dev-build.sh
 B=./build-dev/fp4bench
 $B --version | head -1
 $B run --preset targets --json "$OUT/targets.json" --quiet --max-time ${MAXT:-2} \

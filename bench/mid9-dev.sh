@@ -3,16 +3,8 @@
 # sanitizers on v9, v9 forced against the heuristic's choice and the baselines
 # on the M sweep and the decode targets, and v9's split sweep. Output under $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/fp4out}
-mkdir -p "$OUT" /tmp/cjson
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
-export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-exec > >(tee -a "$OUT/device.log") 2>&1
+source bench/dev-build.sh
 t0=$(date +%s)
-cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_WERROR=ON \
-      -DCMAKE_BUILD_TYPE=Release >/tmp/c.log 2>&1 && cmake --build build-dev -j16 >>/tmp/c.log 2>&1 ||
-  { grep -E "error|warning" -A3 /tmp/c.log | head -40; exit 1; }
-echo "== build $(( $(date +%s) - t0 )) s"
 B=./build-dev/fp4bench
 timeout ${TEST_TIMEOUT:-240} ./build-dev/tests/gpu_fp4_sm90 >"$OUT/gpu_fp4_sm90.txt" 2>&1
 echo "gpu_fp4_sm90: exit $?"; grep -E "FAIL|v9" "$OUT/gpu_fp4_sm90.txt" | head -20; tail -1 "$OUT/gpu_fp4_sm90.txt"

@@ -271,6 +271,27 @@ static void test_rejects(void)
     cudaFree(buf);
 }
 
+/* variant forced with each of the split counts 1, 3 and 45 (FP4_SM90_SPLITK:
+ * one split writes D directly, several go through the workspace, 45 is more
+ * than most shapes' k-steps) on the ns shapes */
+static void test_splits(const fp4_backend_ops *ops, void *inst, int variant,
+                        const int64_t (*shapes)[3], size_t ns)
+{
+    static const char *splits[] = {"1", "3", "45"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_SPLITK", splits[i], 1);
+        for (size_t j = 0; j < ns; j++) test_gemm(ops, inst, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
+    }
+    unsetenv("FP4_SM90_SPLITK");
+}
+
+/* every shape of the list with variant forced */
+static void test_shapes(const fp4_backend_ops *ops, void *inst, int variant,
+                        const int64_t (*shapes)[3], size_t ns)
+{
+    for (size_t j = 0; j < ns; j++) test_gemm(ops, inst, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
+}
+
 int main(void)
 {
     int count = 0, major = 0, minor = 0;
@@ -334,48 +355,33 @@ int main(void)
     static const int64_t v3_shapes[][3] = {
         {64, 2048, 6144}, {256, 2048, 6144}, {16, 768, 6144}, {150, 2048, 6144}, {16, 8192, 8192},
     };
-    for (size_t i = 0; i < sizeof v3_shapes / sizeof v3_shapes[0]; i++)
-        test_gemm(ops, inst, FP4_SM90_V3_DECODE, v3_shapes[i][0], v3_shapes[i][1], v3_shapes[i][2]);
+    test_shapes(ops, inst, FP4_SM90_V3_DECODE, v3_shapes, sizeof v3_shapes / sizeof v3_shapes[0]);
 
     /* v4-decode: forced splits (1 writes D directly, 3 and 45 go through the
      * workspace and the arrival counters), every (tiles, token tiles) shape,
      * several token chunks, the target shapes */
-    static const char *v4_splits[] = {"1", "3", "45"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_SPLITK", v4_splits[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V4_DECODE, 16, 768, 2880);
-        test_gemm(ops, inst, FP4_SM90_V4_DECODE, 5, 200, 6144);
-    }
-    unsetenv("FP4_SM90_SPLITK");
+    static const int64_t v4_split_shapes[][3] = {{16, 768, 2880}, {5, 200, 6144}};
+    test_splits(ops, inst, FP4_SM90_V4_DECODE, v4_split_shapes, 2);
     static const int64_t v4_shapes[][3] = {
         {8, 2048, 6144},  {32, 200, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
         {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},
     };
-    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
-        test_gemm(ops, inst, FP4_SM90_V4_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+    test_shapes(ops, inst, FP4_SM90_V4_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
 
     /* v6-decode: forced splits (1, 3, 45: several staging chunks a block at
      * 1 and 3, clamped to K's k-steps at 45), every token-tile count (M up to
      * 8, 16, 32, 64 tokens a chunk), several chunks, a last row block past the
      * 64-row padding (N = 200, 2000), the target shapes */
-    static const char *v6_splits[] = {"1", "3", "45"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_SPLITK", v6_splits[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 16, 768, 2880);
-        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 64, 200, 6144);
-        test_gemm(ops, inst, FP4_SM90_V6_DECODE, 5, 2000, 2880);
-    }
-    unsetenv("FP4_SM90_SPLITK");
-    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
-        test_gemm(ops, inst, FP4_SM90_V6_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+    static const int64_t v6_split_shapes[][3] = {{16, 768, 2880}, {64, 200, 6144}, {5, 2000, 2880}};
+    test_splits(ops, inst, FP4_SM90_V6_DECODE, v6_split_shapes, 3);
+    test_shapes(ops, inst, FP4_SM90_V6_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
     test_gemm(ops, inst, FP4_SM90_V6_DECODE, 31, 2000, 48);
     test_gemm(ops, inst, FP4_SM90_V6_DECODE, 256, 768, 6144);
     /* v7-decode: K of 1..8 k-steps and with a partial last stage (K = 2880:
      * 45 k-steps; 48: one k-step of three k-blocks), more stages than the
      * ring holds (6144: 12 stages, 8192: 16), every token-tile count and
      * several token chunks (150, 256), the target shapes */
-    for (size_t i = 0; i < sizeof v4_shapes / sizeof v4_shapes[0]; i++)
-        test_gemm(ops, inst, FP4_SM90_V7_DECODE, v4_shapes[i][0], v4_shapes[i][1], v4_shapes[i][2]);
+    test_shapes(ops, inst, FP4_SM90_V7_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 31, 2000, 48);
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 256, 768, 6144);
     test_gemm(ops, inst, FP4_SM90_V7_DECODE, 9, 200, 512);
@@ -386,20 +392,13 @@ int main(void)
      * K with a partial last k-step (48, 2880), weight rows past the 128-row
      * tile (200, 2000), N not a multiple of 4 (D stored element by element),
      * the target shapes (8 and 2 splits) */
-    static const char *v9_splits[] = {"1", "3", "45"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_SPLITK", v9_splits[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V9_MID, 16, 768, 2880);
-        test_gemm(ops, inst, FP4_SM90_V9_MID, 100, 200, 6144);
-        test_gemm(ops, inst, FP4_SM90_V9_MID, 300, 2000, 48);
-    }
-    unsetenv("FP4_SM90_SPLITK");
+    static const int64_t v9_split_shapes[][3] = {{16, 768, 2880}, {100, 200, 6144}, {300, 2000, 48}};
+    test_splits(ops, inst, FP4_SM90_V9_MID, v9_split_shapes, 3);
     static const int64_t v9_shapes[][3] = {
         {65, 2048, 6144}, {128, 770, 2880}, {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
         {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
     };
-    for (size_t i = 0; i < sizeof v9_shapes / sizeof v9_shapes[0]; i++)
-        test_gemm(ops, inst, FP4_SM90_V9_MID, v9_shapes[i][0], v9_shapes[i][1], v9_shapes[i][2]);
+    test_shapes(ops, inst, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");
