@@ -386,7 +386,8 @@ int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms)
     X(256, 1, 6, true) X(128, 1, 6, true) X(128, 2, 4, true)
 /* v9-mid's (transposed output, split K): token tiles of 256, 128 or 64, bulk
  * copies; the narrow tiles' stages are small (12.5 and 20.5 KB), so their rings
- * are deeper: 10 and 8 stages in flight instead of 4 */
+ * are deeper: 10 and 8 stages in flight instead of 4 (no measurable gain at
+ * 128x2048x6144, docs/PERF.md; kept as recorded) */
 #define P9_FOR_EACH_CFG(X) X(256, 1, 6, true) X(128, 1, 10, true) X(64, 1, 12, true)
 
 fp4_status fp4_sm90_prefill8_init(fp4_err *err)
@@ -521,7 +522,9 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
  * 40-59% of the main kernel's cycles at 1 CTA a SM with equal work per CTA:
  * uneven CTA times, each latency-bound on its loads. So the weights moved to
  * contiguous (tile, k-step) blocks and the 64- and 128-token rings were
- * deepened (12 and 10 stages); not separately measured.
+ * deepened (12 and 10 stages): no measurable change in the recorded call
+ * (commit 455a938: 34.2 us at 256x2048x6144, 21.2 at 128x2048), kept as
+ * recorded; what leaves the SMs idle is still open (docs/PERF.md).
  * Prediction (H200): 256x2048x6144: 16 tiles x 8 splits, 6.4 GFLOP at v8's
  * ~600 TFLOP/s + ~2 us prepass/reduction: ~13 us; 64x2048: 16 x 8 CTAs of
  * 128 x 64, ~5-7 us; 16x2048: same tile, a quarter of it used: ~6 us.
@@ -667,11 +670,10 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
                         ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
     int bn = 0, splits = 1;
     fp4_sm90_mid9_cfg(a->m, a->n, a->k, a->num_sms, a->splits, &bn, &splits);
-    const int two_per_sm = 0;
     const void *kernel = NULL;
     int smem = 0;
 #define P9_PICK(BN_, MINB_, ST_, BULK_)                                                        \
-    if (!kernel && bn == BN_ && (MINB_ == 2) == two_per_sm) {                                  \
+    if (!kernel && bn == BN_) {                                                                \
         kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true>;         \
         smem = p6_cfg<BN_, ST_>::SMEM;                                                         \
     }
