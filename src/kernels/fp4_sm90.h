@@ -53,7 +53,8 @@
  *                   main kernel bulk-copies into a 6-stage ring: no B
  *                   arithmetic in the wgmma loop (src/kernels/fp4_sm90_prefill8.cu).
  *   9 "v9-mid"      mid M (and decode): v8's main loop with the operands
- *                   swapped: the weights (raw codes, swizzled scales) are the
+ *                   swapped: the weights (packed in contiguous 128-row x
+ *                   k-step blocks, standard swizzled scales) are the
  *                   wgmma A operand dequantized in registers, the tokens a
  *                   per-call prepass's fp16 tiles (64, 128 or 256 wide); K
  *                   split over the grid until the GPU is full, reduced with
@@ -256,7 +257,8 @@ int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
                                         int parts, cudaStream_t stream, fp4_err *err);
 
-/* v9-mid (in fp4_sm90_prefill8.cu): the weights raw, the standard swizzled scales */
+/* v9-mid (in fp4_sm90_prefill8.cu): the weights' codes in (128-row tile, k-step)
+ * blocks of 4 KB, their scales in the standard swizzled layout */
 size_t fp4_sm90_mid9_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_mid9_scales_size(int64_t n, int64_t k);
 void fp4_sm90_mid9_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);

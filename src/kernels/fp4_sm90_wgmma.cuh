@@ -1,5 +1,5 @@
-/* Device helpers shared by the wgmma prefill kernels (v5-prefill in
- * fp4_sm90_prefill5.cu, v8-prefill in fp4_sm90_prefill8.cu): cp.async, the
+/* Device helpers shared by the wgmma kernels (v5-prefill in
+ * fp4_sm90_prefill5.cu, v8-prefill and v9-mid in fp4_sm90_prefill8.cu): cp.async, the
  * wgmma fences / commit / wait, the 128-byte-swizzle shared-memory descriptor,
  * the m64nNk16 f16 wgmma with A from registers, the loads of A's raw tile, A's
  * register fragment and the dequantization of B's packed code words into the
