@@ -324,7 +324,8 @@ int main(void)
     };
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
-                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID};
+                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
+                            FP4_SM90_V10_DECODE};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -399,6 +400,27 @@ int main(void)
         {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
     };
     test_shapes(ops, inst, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    /* v10-decode, with each row tile count a warp (FP4_SM90_V10_RT 2, 4):
+     * forced splits (1: no cluster, D from the block; 3: clusters of 3; 45:
+     * clamped to the cluster maximum 8 or to K's k-steps), every token-tile
+     * count, several token chunks, persistent blocks over more tiles than SMs
+     * (150 x 2048: 160 tiles at RT 4; 16 x 28672: 448 / 896; with 3 splits
+     * 44 blocks a split run 4 tiles each), warps with no k-step (K = 48),
+     * a partial last slot (2880: 45 k-steps), rows past the padding (200,
+     * 2000), N % 4 != 0, the target shapes */
+    static const char *v10_rts[] = {"2", "4"};
+    static const int64_t v10_split_shapes[][3] = {
+        {16, 768, 2880}, {5, 200, 6144}, {150, 2048, 6144}, {64, 2000, 48}};
+    static const int64_t v10_shapes[][3] = {
+        {8, 2048, 6144},  {32, 203, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
+        {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},       {64, 768, 6144},
+    };
+    for (int i = 0; i < 2; i++) {
+        setenv("FP4_SM90_V10_RT", v10_rts[i], 1);
+        test_splits(ops, inst, FP4_SM90_V10_DECODE, v10_split_shapes, 4);
+        test_shapes(ops, inst, FP4_SM90_V10_DECODE, v10_shapes, sizeof v10_shapes / sizeof v10_shapes[0]);
+    }
+    unsetenv("FP4_SM90_V10_RT");
 
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");

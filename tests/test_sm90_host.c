@@ -58,8 +58,9 @@ static void test_checks(void)
      * [256][2048], 16 x 4 counters, each part rounded up to 256 bytes */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V9_MID, 200, 2048, 6144) ==
           (size_t)256 * 6144 * 2 + (size_t)256 * 2048 * 4 + 256);
-    /* v7 needs none */
+    /* v7 and v10 need none */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V7_DECODE, 16, 2048, 6144) == 0);
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V10_DECODE, 16, 2048, 6144) == 0);
     a.variant = FP4_SM90_V7_DECODE;
     a.workspace = NULL;
     a.workspace_bytes = 0;
@@ -143,6 +144,26 @@ int main(void)
     CHECK(bn == 64 && splits == 45);
     fp4_sm90_mid9_cfg(16, 2048, 2880, sms, 99, &bn, &splits);
     CHECK(splits == 45); /* clamped to the k-steps */
+    /* v10's row tiles a warp and splits (clusters of at most 8): RT 4 unless
+     * RT 2 fills the SMs better by more than 20% */
+    int rt = 0;
+    unsetenv("FP4_SM90_V10_RT");
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, &rt, &splits);
+    CHECK(rt == 4 && splits == 4); /* 32 row blocks x 4 = 128 blocks */
+    fp4_sm90_decode10_cfg(16, 768, 6144, sms, 0, &rt, &splits);
+    CHECK(rt == 2 && splits == 5); /* 24 x 5 = 120 blocks; RT 4: 12 x 8 = 96 */
+    fp4_sm90_decode10_cfg(16, 8192, 8192, sms, 0, &rt, &splits);
+    CHECK(rt == 4 && splits == 1);
+    fp4_sm90_decode10_cfg(64, 2048, 6144, sms, 0, &rt, &splits);
+    CHECK(rt == 4 && splits == 2); /* 2 token chunks */
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 45, &rt, &splits);
+    CHECK(splits == 8); /* the cluster maximum */
+    fp4_sm90_decode10_cfg(16, 2048, 48, sms, 0, &rt, &splits);
+    CHECK(splits == 1); /* one k-step */
+    setenv("FP4_SM90_V10_RT", "2", 1);
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, &rt, &splits);
+    CHECK(rt == 2 && splits == 2);
+    unsetenv("FP4_SM90_V10_RT");
     /* forced, by name, alias and number; junk falls back to the rule */
     setenv("FP4_SM90_KERNEL", "v1-decode", 1);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);
@@ -150,6 +171,8 @@ int main(void)
     CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V2_PREFILL);
     setenv("FP4_SM90_KERNEL", "3", 1);
     CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V3_DECODE);
+    setenv("FP4_SM90_KERNEL", "decode10", 1);
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V10_DECODE);
     setenv("FP4_SM90_KERNEL", "no-such-kernel", 1);
     CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
     unsetenv("FP4_SM90_KERNEL");

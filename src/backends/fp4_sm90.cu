@@ -69,6 +69,9 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V9_MID, "v9-mid", FP4_SM90_V9_SUMMARY},
      "mid9", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
      fp4_sm90_mid9_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid9_init, fp4_sm90_mid9_launch, 1},
+    {{FP4_SM90_V10_DECODE, "v10-decode", FP4_SM90_V10_SUMMARY},
+     "decode10", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
+     NULL, fp4_sm90_decode10_fits, fp4_sm90_decode10_init, fp4_sm90_decode10_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

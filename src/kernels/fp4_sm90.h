@@ -59,6 +59,12 @@
  *                   per-call prepass's fp16 tiles (64, 128 or 256 wide); K
  *                   split over the grid until the GPU is full, reduced with
  *                   red.global.add and a last-CTA epilogue (same file).
+ *  10 "v10-decode"  small M: v4's packed weights and arithmetic; every warp
+ *                   streams its K range with cp.async.bulk into its own
+ *                   shared-memory ring (147 KB a SM in flight), split K
+ *                   reduced inside a cluster through distributed shared
+ *                   memory, persistent over tiles beyond one wave
+ *                   (src/kernels/fp4_sm90_decode10.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -89,7 +95,8 @@ enum {
     FP4_SM90_V6_DECODE = 6,
     FP4_SM90_V7_DECODE = 7,
     FP4_SM90_V8_PREFILL = 8,
-    FP4_SM90_V9_MID = 9
+    FP4_SM90_V9_MID = 9,
+    FP4_SM90_V10_DECODE = 10
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -98,6 +105,7 @@ enum {
 #define FP4_SM90_V8_SUMMARY "large M: v5 with B dequantized by a prepass into swizzled fp16 tiles, bulk-copied into a 6-stage ring"
 #define FP4_SM90_V7_SUMMARY "small M: one block per 16-row tile over all K, weights streamed by cp.async.bulk, no split K"
 #define FP4_SM90_V9_SUMMARY "mid M: v8's loop with weights as wgmma A (registers) and tokens as B (prepass tiles), split K"
+#define FP4_SM90_V10_SUMMARY "small M: v4's math, weights bulk-copied into a per-warp smem ring, split K reduced in a cluster (DSMEM)"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -151,7 +159,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 /* ---- launch -------------------------------------------------------------------- */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V9_MID (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V10_DECODE (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -206,7 +214,7 @@ fp4_status fp4_sm90_decode3_init(fp4_err *err);
 fp4_status fp4_sm90_decode3_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                    fp4_err *err);
 
-/* v4's packing is also v6's and v7's */
+/* v4's packing is also v6's, v7's and v10's */
 size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k);
 size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k);
 void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
@@ -256,6 +264,16 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
 int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
                                         int parts, cudaStream_t stream, fp4_err *err);
+
+/* v10-decode: v4's packing, no workspace */
+int fp4_sm90_decode10_fits(int64_t m, int64_t n, int64_t k, int num_sms);
+fp4_status fp4_sm90_decode10_init(fp4_err *err);
+fp4_status fp4_sm90_decode10_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                    fp4_err *err);
+/* its row tiles a warp (2 or 4) and K splits (cluster size) for a shape;
+ * splits > 0 forces that count (clamped to 8 and the k-steps) */
+void fp4_sm90_decode10_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int splits, int *rt,
+                           int *s);
 
 /* v9-mid (in fp4_sm90_prefill8.cu): the weights' codes in (128-row tile, k-step)
  * blocks of 4 KB, their scales in the standard swizzled layout */

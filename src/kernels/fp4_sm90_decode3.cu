@@ -66,31 +66,6 @@
 
 /* ---- device helpers (the shared ones are in fp4_sm90_device.cuh) ---------------- */
 
-/* cluster primitives (sm_90 PTX) */
-static __device__ __forceinline__ void d3_cluster_sync(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ uint32_t d3_cluster_rank(void)
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-static __device__ __forceinline__ float4 d3_ld_dsmem4(uint32_t local_addr, uint32_t rank)
-{
-    uint32_t ra;
-    float4 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(local_addr), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(ra));
-    return v;
-}
-
 /* ---- the kernel ---------------------------------------------------------------- */
 
 /* bq, bs: v1-decode packed weights ([Np/16 tiles][KS][32][16 B], [Np/32 pairs][KS][32][4 B]).
@@ -287,11 +262,11 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
         }
         *v0 = v;
     }
-    d3_cluster_sync(); /* also orders this block's own smem */
+    cluster_sync_all(); /* also orders this block's own smem */
 
     /* the S splits: block r of the cluster owns elements r, r + S, ..; its S
      * remote loads are all issued before the first add (one DSMEM round trip) */
-    const uint32_t rank = d3_cluster_rank();
+    const uint32_t rank = cluster_rank();
     const uint32_t red_addr = (uint32_t)__cvta_generic_to_shared(red);
     const int n0 = rb * ROWS;
     const bool vec_out = (N % 4) == 0;
@@ -303,7 +278,7 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
         float4 w[D3_MAX_SPLITS];
 #pragma unroll
         for (int q = 0; q < D3_MAX_SPLITS; q++)
-            w[q] = q < S ? d3_ld_dsmem4(off, (uint32_t)q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            w[q] = q < S ? ld_dsmem4(off, (uint32_t)q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float4 v = w[0];
 #pragma unroll
         for (int q = 1; q < D3_MAX_SPLITS; q++) {
@@ -315,7 +290,7 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
         store_bf16x4(d, m, n, N, v, alpha_eff, vec_out);
     }
     (void)split;
-    d3_cluster_sync(); /* peers may still read this block's partials */
+    cluster_sync_all(); /* peers may still read this block's partials */
 }
 
 /* ---- host side ---------------------------------------------------------------------- */

@@ -113,24 +113,7 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
             acc[0][n][1] += __uint_as_float((s.q[n].x ^ s.q[n].y ^ s.qs[n]) & 0x007FFFFFu);
         return;
     }
-    uint32_t bt[NT][8]; /* token fragments of the 4 MMAs: b0, b1 per j */
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        kperm_b_frag(s.q[n], sf_pair(s.qs[n], 0), bt[n]);
-    }
-#pragma unroll
-    for (int i = 0; i < RT; i++) {
-        const uint32_t sg = sf_pair(s.ws[i], 0), sg8 = sf_pair(s.ws[i], 1);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            uint32_t a[4];
-            kperm_a_frag(s.w[i], sg, sg8, j, a);
-            const int b0 = 4 * (j >> 1) + 2 * (j & 1);
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-                mma_f16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
-        }
-    }
+    kperm_kstep_mma<RT, NT>(s.w, s.ws, s.q, s.qs, acc);
 }
 
 /* grid (row blocks, K splits, token chunks); block D4_THREADS.
@@ -149,7 +132,7 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
     __shared__ int s_last;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
     const int rb = blockIdx.x, split = blockIdx.y, S = gridDim.y, chunk = blockIdx.z;
     const int m0 = chunk * TOK;
     const int KB = K / 16, Kbp = (KB + 3) / 4 * 4;
@@ -203,32 +186,14 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
         return;
     }
     /* warps -> shared memory: red[warp][tok][row] */
-    float *mine = red + (size_t)warp * TOK * RS;
-#pragma unroll
-    for (int i = 0; i < RT; i++)
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            const int row = 16 * i + g, tok = 8 * n + 2 * t;
-            mine[tok * RS + row] = acc[i][n][0];
-            mine[(tok + 1) * RS + row] = acc[i][n][1];
-            mine[tok * RS + row + 8] = acc[i][n][2];
-            mine[(tok + 1) * RS + row + 8] = acc[i][n][3];
-        }
+    kperm_acc_to_smem<RT, NT>(acc, red + (size_t)warp * TOK * RS, RS, lane);
     __syncthreads();
 
     constexpr int C4 = ROWS / 4, E4 = TOK * C4; /* float4 groups of the block tile */
     const int n0 = rb * ROWS;
     for (int e = tid; e < E4; e += D4_THREADS) {
         const int tok = e / C4, c4 = (e - tok * C4) * 4;
-        float4 v = *(const float4 *)(red + (size_t)tok * RS + c4);
-#pragma unroll
-        for (int w = 1; w < D4_WARPS; w++) {
-            const float4 x = *(const float4 *)(red + ((size_t)w * TOK + tok) * RS + c4);
-            v.x += x.x;
-            v.y += x.y;
-            v.z += x.z;
-            v.w += x.w;
-        }
+        const float4 v = sum_warp_tiles4(red, D4_WARPS, TOK * RS, tok * RS + c4);
         const int m = m0 + tok, n = n0 + c4;
         if (S == 1) {
             if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);

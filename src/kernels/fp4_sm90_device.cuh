@@ -1,8 +1,9 @@
 /* Device helpers shared by the fp4-sm90 kernels (the decode families and
  * prefill): the nibble -> fp16x2 dequantization, the scale conversion, the
  * fp16 MMA, streaming loads, the swizzled scale offset, the red.global
- * add and the split-K "last block" epilogue (v4, v6). Include from .cu
- * files only. */
+ * add, the split-K "last block" epilogue (v4, v6), one k-step of the
+ * k-permuted layout (v4, v10) and the cluster primitives (v3, v10). Include
+ * from .cu files only. */
 #ifndef FP4_SM90_DEVICE_CUH
 #define FP4_SM90_DEVICE_CUH
 
@@ -144,6 +145,94 @@ static __device__ __forceinline__ void kperm_b_frag(const uint2 &q, uint32_t sc,
         b[r] = hmul2_u32(dq_nib2(q.x, r), sc);
         b[4 + r] = hmul2_u32(dq_nib2(q.y, r), sc);
     }
+}
+
+/* One k-step of the k-permuted layout for RT weight tiles and NT token
+ * tiles of a lane: w / ws its weight words and scale pairs (RT), q / qs its
+ * token words and scale bytes (NT); acc[i][n] the m16n8 sums of tile i x
+ * token tile n. The token fragments are converted once for all RT tiles. */
+template <int RT, int NT>
+static __device__ __forceinline__ void kperm_kstep_mma(const uint4 *w, const uint32_t *ws,
+                                                       const uint2 *q, const uint32_t *qs,
+                                                       float (*acc)[NT][4])
+{
+    uint32_t bt[NT][8];
+#pragma unroll
+    for (int n = 0; n < NT; n++) kperm_b_frag(q[n], sf_pair(qs[n], 0), bt[n]);
+#pragma unroll
+    for (int i = 0; i < RT; i++) {
+        const uint32_t sg = sf_pair(ws[i], 0), sg8 = sf_pair(ws[i], 1);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t a[4];
+            kperm_a_frag(w[i], sg, sg8, j, a);
+            const int b0 = 4 * (j >> 1) + 2 * (j & 1);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                mma_f16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
+        }
+    }
+}
+
+/* A warp's sums acc[RT][NT] -> its tile mine[token][row] (row stride rs) in
+ * shared memory, for the block's reduction over warps. */
+template <int RT, int NT>
+static __device__ __forceinline__ void kperm_acc_to_smem(const float (*acc)[NT][4], float *mine,
+                                                         int rs, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < RT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const int row = 16 * i + g, tok = 8 * n + 2 * t;
+            mine[tok * rs + row] = acc[i][n][0];
+            mine[(tok + 1) * rs + row] = acc[i][n][1];
+            mine[tok * rs + row + 8] = acc[i][n][2];
+            mine[(tok + 1) * rs + row + 8] = acc[i][n][3];
+        }
+}
+
+/* Sum of the float4 at offset off of nw consecutive warp tiles of `stride` floats. */
+static __device__ __forceinline__ float4 sum_warp_tiles4(const float *red, int nw, int stride,
+                                                         int off)
+{
+    float4 v = *(const float4 *)(red + off);
+    for (int w = 1; w < nw; w++) {
+        const float4 x = *(const float4 *)(red + (size_t)w * stride + off);
+        v.x += x.x;
+        v.y += x.y;
+        v.z += x.z;
+        v.w += x.w;
+    }
+    return v;
+}
+
+/* ---- thread-block clusters (sm_90) ---------------------------------------------- */
+
+static __device__ __forceinline__ void cluster_sync_all(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ uint32_t cluster_rank(void)
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* the float4 at this block's shared address local_addr in the block of rank `rank` */
+static __device__ __forceinline__ float4 ld_dsmem4(uint32_t local_addr, uint32_t rank)
+{
+    uint32_t ra;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(local_addr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(ra));
+    return v;
 }
 
 /* Split K across blocks, after every block added its fp32 partial tile

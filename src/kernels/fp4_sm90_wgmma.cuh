@@ -31,31 +31,7 @@
 #define FP4_SM90_HAVE_WGMMA 1
 #endif
 
-#ifdef FP4_SM90_HAVE_WGMMA
-/* ---- cp.async ---------------------------------------------------------------------- */
-
-/* 16 bytes global -> shared, L2 only; src_bytes < 16 zero-fills the rest */
-static __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void wg_cp8(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void wg_cp_commit(void) { asm volatile("cp.async.commit_group;"); }
-
-/* wait until at most N of my committed cp.async groups are pending */
-template <int N> static __device__ __forceinline__ void wg_cp_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-/* ---- bulk copies (copy engine) completing on an mbarrier ---------------------------- */
+/* ---- bulk copies completing on an mbarrier (any sm_90+ target: v10 too) ----------- */
 
 static __device__ __forceinline__ void wg_mbar_init(uint32_t bar, int count)
 {
@@ -90,6 +66,37 @@ static __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parit
                  : "memory");
 }
 
+/* generic-proxy writes to shared memory (st.shared, cp.async) -> visible to
+ * the tensor cores (async proxy); each writing thread, before the barrier */
+static __device__ __forceinline__ void wg_fence_async_smem(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+#ifdef FP4_SM90_HAVE_WGMMA
+/* ---- cp.async ---------------------------------------------------------------------- */
+
+/* 16 bytes global -> shared, L2 only; src_bytes < 16 zero-fills the rest */
+static __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void wg_cp8(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void wg_cp_commit(void) { asm volatile("cp.async.commit_group;"); }
+
+/* wait until at most N of my committed cp.async groups are pending */
+template <int N> static __device__ __forceinline__ void wg_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 /* ---- wgmma ordering ---------------------------------------------------------------- */
 
 static __device__ __forceinline__ void wg_fence(void)
@@ -104,13 +111,6 @@ template <int N> static __device__ __forceinline__ void wg_wait(void)
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-/* generic-proxy writes to shared memory (st.shared, cp.async) -> visible to
- * the tensor cores (async proxy); each writing thread, before the barrier */
-static __device__ __forceinline__ void wg_fence_async_smem(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 /* compiler-level fence on registers the tensor cores own */
 template <int NR> static __device__ __forceinline__ void wg_reg_fence(float *r)
 {
