@@ -167,6 +167,9 @@ static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64
     fp4_matrix a, b;
     char what[160];
     const fp4_sm90_variant *v = fp4_sm90_variant_by_id(variant);
+    /* development filter: GPU_FP4_SM90_ONLY=<number> tests one variant (main says so) */
+    const char *only = getenv("GPU_FP4_SM90_ONLY");
+    if (only && atoi(only) != variant) return;
     snprintf(what, sizeof what, "%s (%lld, %lld, %lld)", v ? v->name : "?", (long long)m,
              (long long)n, (long long)k);
     float *xa = malloc((size_t)m * (size_t)k * 4), *xb = malloc((size_t)n * (size_t)k * 4);
@@ -312,8 +315,17 @@ int main(void)
     CHECK_MSG(st == FP4_OK, "open: %s", fp4_err_text(&err));
     if (st != FP4_OK) return check_finish("gpu_fp4_sm90");
 
+    if (getenv("GPU_FP4_SM90_ONLY"))
+        printf("gpu_fp4_sm90: only variant %s is tested (GPU_FP4_SM90_ONLY)\n", getenv("GPU_FP4_SM90_ONLY"));
     test_quantizer();
     test_rejects();
+    int fit[FP4_SM90_MAX_CLUSTER + 1], sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    CHECK(fp4_sm90_decode10_cluster_fit(fit, sms, &err) == FP4_OK);
+    printf("gpu_fp4_sm90: v10 clusters of s resident at once, s = 1..%d:", FP4_SM90_MAX_CLUSTER);
+    for (int s = 1; s <= FP4_SM90_MAX_CLUSTER; s++) printf(" %d", fit[s]);
+    printf("\n");
+    CHECK(fit[1] > 0 && fit[2] > 0);
 
     /* Every M in {1,3,16,17,64,129,256}, N in {1,8,200,768,2048}, K in
      * {16,48,2880,6144} appears at least once per variant. */

@@ -148,20 +148,28 @@ int main(void)
      * RT 2 fills the SMs better by more than 20% */
     int rt = 0;
     unsetenv("FP4_SM90_V10_RT");
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 4 && splits == 4); /* 32 row blocks x 4 = 128 blocks */
-    fp4_sm90_decode10_cfg(16, 768, 6144, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 768, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 2 && splits == 5); /* 24 x 5 = 120 blocks; RT 4: 12 x 8 = 96 */
-    fp4_sm90_decode10_cfg(16, 8192, 8192, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 8192, 8192, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 4 && splits == 1);
-    fp4_sm90_decode10_cfg(64, 2048, 6144, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(64, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 4 && splits == 2); /* 2 token chunks */
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 45, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 45, NULL, &rt, &splits);
     CHECK(splits == 8); /* the cluster maximum */
-    fp4_sm90_decode10_cfg(16, 2048, 48, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 2048, 48, sms, 0, NULL, &rt, &splits);
     CHECK(splits == 1); /* one k-step */
+    /* fewer clusters of 3 and 4 resident than the 32 tiles of RT 4 need: 2
+     * splits, and then RT 2 (64 tiles x 2) fills the SMs */
+    const int fit[9] = {0, 132, 66, 30, 30, 24, 20, 16, 16};
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
+    CHECK(rt == 2 && splits == 2);
+    setenv("FP4_SM90_V10_RT", "4", 1);
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
+    CHECK(rt == 4 && splits == 2);
     setenv("FP4_SM90_V10_RT", "2", 1);
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, &rt, &splits);
+    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 2 && splits == 2);
     unsetenv("FP4_SM90_V10_RT");
     /* forced, by name, alias and number; junk falls back to the rule */

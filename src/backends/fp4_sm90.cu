@@ -242,6 +242,7 @@ extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t st
 
 typedef struct sm90_inst {
     int num_sms;
+    int cluster_fit[FP4_SM90_MAX_CLUSTER + 1]; /* v10-decode's, measured at open */
 } sm90_inst;
 
 typedef struct sm90_copy {
@@ -257,6 +258,7 @@ typedef struct sm90_plan {
     int variant;
     int splits; /* 0: automatic */
     int num_sms;
+    int cluster_fit[FP4_SM90_MAX_CLUSTER + 1];
     size_t ws_bytes;
     int copies;
     sm90_copy *c; /* [copies] */
@@ -281,7 +283,8 @@ static fp4_status sm90_open(void **inst, fp4_err *err)
         free(s);
         return fp4_fail(err, FP4_ERR_CUDA, "fp4-sm90: cannot read the multiprocessor count");
     }
-    if ((st = fp4_sm90_init(err)) != FP4_OK) {
+    if ((st = fp4_sm90_init(err)) != FP4_OK ||
+        (st = fp4_sm90_decode10_cluster_fit(s->cluster_fit, s->num_sms, err)) != FP4_OK) {
         free(s);
         return st;
     }
@@ -372,6 +375,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     p->splits = env ? atoi(env) : 0;
     if (p->splits < 0) p->splits = 0;
     p->num_sms = inst->num_sms;
+    memcpy(p->cluster_fit, inst->cluster_fit, sizeof p->cluster_fit);
     p->ws_bytes = ws;
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
@@ -429,6 +433,7 @@ static fp4_status sm90_run(void *plan, int copy, void *stream, fp4_err *err)
     a.workspace = c->ws;
     a.workspace_bytes = p->ws_bytes;
     a.num_sms = p->num_sms;
+    a.cluster_fit = p->cluster_fit;
     a.splits = p->splits;
     return fp4_sm90_gemm(&a, (cudaStream_t)stream, err);
 }

@@ -158,6 +158,8 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 
 /* ---- launch -------------------------------------------------------------------- */
 
+#define FP4_SM90_MAX_CLUSTER 8 /* portable thread-block cluster size (v10's K splits) */
+
 typedef struct fp4_sm90_gemm_args {
     int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V10_DECODE (not AUTO) */
     int64_t m, n, k;
@@ -171,6 +173,9 @@ typedef struct fp4_sm90_gemm_args {
     size_t workspace_bytes;
     int num_sms;            /* multiprocessor count of the device */
     int splits;             /* decode: K splits across blocks, 0 = automatic */
+    const int *cluster_fit; /* v10: [s] = clusters of s blocks resident at once, s = 1..
+                             * FP4_SM90_MAX_CLUSTER (fp4_sm90_decode10_cluster_fit);
+                             * NULL: assume num_sms / s */
 } fp4_sm90_gemm_args;
 
 /* One-time setup on the current device (raises the kernels' dynamic shared
@@ -270,10 +275,15 @@ int fp4_sm90_decode10_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_decode10_init(fp4_err *err);
 fp4_status fp4_sm90_decode10_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                     fp4_err *err);
+/* fit[s] (s = 1..FP4_SM90_MAX_CLUSTER; fit[0] = 0): how many clusters of s of
+ * its blocks the current device runs at once (cudaOccupancyMaxActiveClusters) */
+fp4_status fp4_sm90_decode10_cluster_fit(int fit[FP4_SM90_MAX_CLUSTER + 1], int num_sms,
+                                         fp4_err *err);
 /* its row tiles a warp (2 or 4) and K splits (cluster size) for a shape;
- * splits > 0 forces that count (clamped to 8 and the k-steps) */
-void fp4_sm90_decode10_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int splits, int *rt,
-                           int *s);
+ * splits > 0 forces that count (clamped to 8 and the k-steps); cluster_fit
+ * as in fp4_sm90_gemm_args (NULL: num_sms / s) */
+void fp4_sm90_decode10_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int splits,
+                           const int *cluster_fit, int *rt, int *s);
 
 /* v9-mid (in fp4_sm90_prefill8.cu): the weights' codes in (128-row tile, k-step)
  * blocks of 4 KB, their scales in the standard swizzled layout */

@@ -51,19 +51,20 @@
 #include "kernels/fp4_sm90_device.cuh"
 #include "kernels/fp4_sm90_wgmma.cuh"
 
-#define D10_WARPS 8
-#define D10_THREADS (32 * D10_WARPS)
-#define D10_SK 2            /* k-steps a ring slot */
-#define D10_WARP_RING 18432 /* ring bytes a warp: 4 slots at RT = 4, 8 at RT = 2 */
+/* Warps a block: 16 up to 16 tokens a chunk (more warps hide the
+ * dequantize -> MMA chains), 8 at 32 tokens (their registers). */
+#define D10_WARPS(nt) ((nt) == 4 ? 8 : 16)
+#define D10_SK 1            /* k-steps a ring slot */
+#define D10_RING 147456     /* ring bytes a block, split evenly over its warps */
 #define D10_MAX_SLOTS 8
-#define D10_MAX_SPLITS 8 /* portable cluster size */
-#define D10_OFF_RING 1024 /* after the mbarriers [warp][D10_MAX_SLOTS] */
-#define D10_OFF_RED (D10_OFF_RING + D10_WARPS * D10_WARP_RING)
+#define D10_MAX_SPLITS FP4_SM90_MAX_CLUSTER /* portable cluster size */
+#define D10_OFF_RING 1024 /* after the mbarriers [warp][D10_MAX_SLOTS] (<= 16 warps) */
+#define D10_OFF_RED (D10_OFF_RING + D10_RING)
 #define D10_UNIT 576 /* bytes of one tile and k-step: 512 of codes, 64 of scales */
 
 static size_t d10_smem(int rt, int nt)
 {
-    return D10_OFF_RED + (size_t)D10_WARPS * (size_t)(8 * nt) * (size_t)(16 * rt + 4) * sizeof(float);
+    return D10_OFF_RED + (size_t)D10_WARPS(nt) * (size_t)(8 * nt) * (size_t)(16 * rt + 4) * sizeof(float);
 }
 static int64_t d10_np(int64_t n) { return (n + 63) / 64 * 64; } /* v4's row padding */
 static int64_t d10_ks(int64_t k) { return (k + 63) / 64; }
@@ -78,7 +79,7 @@ static __device__ __forceinline__ void d10_bulk(uint32_t dst, const void *src, u
                  : "memory");
 }
 
-/* What a warp streams: item j is stage s = j % nst (k-steps w0 + 2 s, +1) of
+/* What a warp streams: item j is stage s = j % nst (k-steps w0 + SK s ..) of
  * the block's i-th tile, i = j / nst (tile tl0 + i * tstep: row block
  * tl % rbs, token chunk tl / rbs). */
 typedef struct d10_stream {
@@ -142,19 +143,21 @@ static __device__ __forceinline__ void d10_tokens(const d10_stream &st, int j, i
     }
 }
 
-/* grid (min(tiles, SMs / S), S, 1), clusters (1, S, 1); block D10_THREADS.
+/* grid (min(tiles, SMs / S), S, 1), clusters (1, S, 1); block 32 D10_WARPS(NT).
  * bq / bs: v4's packed weights; aq [M, K/2], asf swizzled; kper k-steps a
  * split; rbs row blocks of 16 RT rows; tiles = rbs x token chunks. */
 template <int RT, int NT>
-__global__ void __launch_bounds__(D10_THREADS, 1)
+__global__ void __launch_bounds__(32 * D10_WARPS(NT), 1)
 fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ bs,
                     const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                     __nv_bfloat16 *__restrict__ d, int M, int N, int K, int KS, int kper, int rbs,
                     int tiles, float alpha_eff)
 {
     constexpr int ROWS = 16 * RT, TOK = 8 * NT, RS = ROWS + 4;
-    constexpr int SLOT = RT * D10_SK * D10_UNIT, R = D10_WARP_RING / SLOT;
-    static_assert(R <= D10_MAX_SLOTS && R * SLOT <= D10_WARP_RING, "ring layout");
+    constexpr int W = D10_WARPS(NT), THREADS = 32 * W, WRING = D10_RING / W;
+    constexpr int SLOT = RT * D10_SK * D10_UNIT;
+    constexpr int R = WRING / SLOT < D10_MAX_SLOTS ? WRING / SLOT : D10_MAX_SLOTS;
+    static_assert(R >= 2 && W * D10_MAX_SLOTS * 8 <= D10_OFF_RING, "ring layout");
     constexpr int C4 = ROWS / 4, E4 = TOK * C4; /* float4 groups of the block tile */
     extern __shared__ __align__(128) uint8_t sm10[];
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(sm10);
@@ -165,7 +168,7 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
     d10_stream st;
     {
         const int ks0 = blockIdx.y * kper, ks1 = min(KS, ks0 + kper);
-        const int per = (ks1 - ks0 + D10_WARPS - 1) / D10_WARPS;
+        const int per = (ks1 - ks0 + W - 1) / W;
         st.w0 = min(ks1, ks0 + warp * per);
         st.w1 = min(ks1, st.w0 + per);
         st.nst = (st.w1 - st.w0 + D10_SK - 1) / D10_SK;
@@ -177,8 +180,8 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
     const int ntl = st.tl0 < tiles ? (tiles - st.tl0 + st.tstep - 1) / st.tstep : 0;
     const int items = ntl * st.nst;
     const uint32_t bars = sbase + (uint32_t)(warp * D10_MAX_SLOTS * 8);
-    const uint32_t ring = sbase + (uint32_t)(D10_OFF_RING + warp * D10_WARP_RING);
-    const uint8_t *ringp = sm10 + D10_OFF_RING + warp * D10_WARP_RING;
+    const uint32_t ring = sbase + (uint32_t)(D10_OFF_RING + warp * WRING);
+    const uint8_t *ringp = sm10 + D10_OFF_RING + warp * WRING;
     float *red = (float *)(sm10 + D10_OFF_RED);
 
     if (lane == 0) {
@@ -246,9 +249,9 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
         kperm_acc_to_smem<RT, NT>(acc, red + (size_t)warp * TOK * RS, RS, lane);
         __syncthreads();
         const int n0 = rb * ROWS;
-        for (int e = tid; e < E4; e += D10_THREADS) {
+        for (int e = tid; e < E4; e += THREADS) {
             const int tok = e / C4, c4 = (e - tok * C4) * 4;
-            const float4 v = sum_warp_tiles4(red, D10_WARPS, TOK * RS, tok * RS + c4);
+            const float4 v = sum_warp_tiles4(red, W, TOK * RS, tok * RS + c4);
             const int m = m0 + tok, n = n0 + c4;
             if (S == 1) {
                 if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
@@ -265,7 +268,7 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
          * its S remote loads are issued before the first add */
         const uint32_t rank = cluster_rank();
         const uint32_t red_addr = sbase + D10_OFF_RED;
-        for (int e = tid * S + (int)rank; e < E4; e += D10_THREADS * S) {
+        for (int e = tid * S + (int)rank; e < E4; e += THREADS * S) {
             const int tok = e / C4, c4 = (e - tok * C4) * 4;
             const int m = m0 + tok, n = n0 + c4;
             if (m >= M || n >= N) continue;
@@ -303,10 +306,19 @@ typedef struct d10_cfg {
 
 static int d10_nt(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; }
 
-/* K splits and blocks for rt: the tiles and their splits fill the SMs once
- * (split K while there are fewer tiles than SMs; persistent blocks over the
- * tiles otherwise). Returns the busy fraction of the SMs over the waves. */
-static double d10_fill(d10_cfg *c, int64_t m, int64_t n, int64_t k, int sms, int splits, int rt)
+/* Clusters of s blocks resident at once: fit[s] when known, else SMs / s. */
+static int64_t d10_fit(const int *fit, int sms, int s)
+{
+    return fit && fit[s] > 0 ? fit[s] : sms / s;
+}
+
+/* K splits and blocks for rt. Split K while there are fewer tiles than SMs,
+ * into the most splits whose clusters all fit at once (on the H200, 32
+ * clusters of 4 did not: 14.9 us against 8.8 with 2 splits at 16x2048x6144);
+ * persistent blocks over the tiles otherwise. Returns the busy fraction of
+ * the SMs over the waves. */
+static double d10_fill(d10_cfg *c, int64_t m, int64_t n, int64_t k, int sms, int splits,
+                       const int *fit, int rt)
 {
     const int64_t KS = d10_ks(k);
     c->rt = rt;
@@ -314,13 +326,19 @@ static double d10_fill(d10_cfg *c, int64_t m, int64_t n, int64_t k, int sms, int
     c->zc = (int)((m + 8 * c->nt - 1) / (8 * c->nt));
     c->rbs = (int)(d10_np(n) / (16 * rt));
     const int64_t tiles = (int64_t)c->rbs * c->zc;
-    int64_t S = splits > 0 ? splits : tiles >= sms ? 1 : sms / tiles;
+    int64_t S = 1;
+    if (splits > 0) {
+        S = splits;
+    } else {
+        for (int s = 2; s <= D10_MAX_SPLITS && tiles * s <= sms; s++)
+            if (tiles <= d10_fit(fit, sms, s)) S = s;
+    }
     if (S > D10_MAX_SPLITS) S = D10_MAX_SPLITS;
     if (S > KS) S = KS;
     if (S < 1) S = 1;
     c->kper = (int)((KS + S - 1) / S);
     c->S = (int)((KS + c->kper - 1) / c->kper); /* every split non-empty */
-    int64_t gx = sms / c->S;
+    int64_t gx = d10_fit(fit, sms, c->S);
     if (gx < 1) gx = 1;
     if (gx > tiles) gx = tiles;
     c->grid_x = (int)gx;
@@ -332,19 +350,20 @@ static double d10_fill(d10_cfg *c, int64_t m, int64_t n, int64_t k, int sms, int
 /* RT = 4 (the token conversion shared by 64 rows) unless RT = 2 fills the
  * SMs better by more than the ~20% of extra arithmetic a k-step it costs;
  * FP4_SM90_V10_RT=2|4 forces it (development). */
-static void d10_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d10_cfg *c)
+static void d10_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, const int *fit,
+                     d10_cfg *c)
 {
     const int sms = num_sms > 0 ? num_sms : 132;
     const char *env = getenv("FP4_SM90_V10_RT");
     const int forced = env ? atoi(env) : 0;
     memset(c, 0, sizeof *c);
     if (forced == 2 || forced == 4) {
-        d10_fill(c, m, n, k, sms, splits, forced);
+        d10_fill(c, m, n, k, sms, splits, fit, forced);
         return;
     }
     d10_cfg c2;
-    const double f4 = d10_fill(c, m, n, k, sms, splits, 4);
-    const double f2 = d10_fill(&c2, m, n, k, sms, splits, 2);
+    const double f4 = d10_fill(c, m, n, k, sms, splits, fit, 4);
+    const double f2 = d10_fill(&c2, m, n, k, sms, splits, fit, 2);
     if (f2 > 1.2 * f4) *c = c2;
 }
 
@@ -359,11 +378,28 @@ static d10_kernel_fn d10_kernel(int rt, int nt)
                      : fp4_sm90_decode_v10<2, 4>;
 }
 
+/* a launch configuration of v10 (clusters of s when s > 1) */
+static void d10_launch_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, const d10_cfg *c,
+                           cudaStream_t stream)
+{
+    *cfg = cudaLaunchConfig_t{};
+    *attr = cudaLaunchAttribute{};
+    cfg->gridDim = dim3((unsigned)c->grid_x, (unsigned)c->S, 1);
+    cfg->blockDim = dim3((unsigned)(32 * D10_WARPS(c->nt)), 1, 1);
+    cfg->dynamicSmemBytes = c->smem;
+    cfg->stream = stream;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = 1;
+    attr->val.clusterDim.y = (unsigned)c->S;
+    attr->val.clusterDim.z = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = c->S > 1 ? 1 : 0; /* one split: no cluster */
+}
+
 extern "C" {
 
 int fp4_sm90_decode10_fits(int64_t m, int64_t n, int64_t k, int num_sms)
 {
-    (void)k;
     (void)num_sms;
     const int nt = d10_nt(m);
     const int64_t tiles = (d10_np(n) / 32) * ((m + 8 * nt - 1) / (8 * nt));
@@ -381,12 +417,34 @@ fp4_status fp4_sm90_decode10_init(fp4_err *err)
     return FP4_OK;
 }
 
-/* For tests and the harness: the row tiles a warp (2 or 4) and K splits launch picks. */
-void fp4_sm90_decode10_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int splits, int *rt,
-                           int *s)
+/* Every configuration takes one block a SM (its shared memory), so one query
+ * of the largest (RT 4, 16 tokens) stands for all. */
+fp4_status fp4_sm90_decode10_cluster_fit(int fit[FP4_SM90_MAX_CLUSTER + 1], int num_sms,
+                                         fp4_err *err)
 {
     d10_cfg c;
-    d10_plan(m, n, k, num_sms, splits, &c);
+    memset(&c, 0, sizeof c);
+    c.rt = 4;
+    c.nt = 2;
+    c.smem = d10_smem(4, 2);
+    fit[0] = 0;
+    for (int s = 1; s <= FP4_SM90_MAX_CLUSTER; s++) {
+        cudaLaunchConfig_t cfg;
+        cudaLaunchAttribute attr;
+        c.S = s;
+        c.grid_x = num_sms / s > 0 ? num_sms / s : 1;
+        d10_launch_cfg(&cfg, &attr, &c, 0);
+        cfg.numAttrs = 1;
+        FP4_CUDA_TRY(err, cudaOccupancyMaxActiveClusters(&fit[s], (const void *)d10_kernel(4, 2), &cfg));
+    }
+    return FP4_OK;
+}
+
+void fp4_sm90_decode10_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int splits,
+                           const int *cluster_fit, int *rt, int *s)
+{
+    d10_cfg c;
+    d10_plan(m, n, k, num_sms, splits, cluster_fit, &c);
     *rt = c.rt;
     *s = c.S;
 }
@@ -396,7 +454,7 @@ fp4_status fp4_sm90_decode10_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
     if (!fp4_sm90_decode10_fits(a->m, a->n, a->k, a->num_sms))
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v10-decode: shape too large");
     d10_cfg c;
-    d10_plan(a->m, a->n, a->k, a->num_sms, a->splits, &c);
+    d10_plan(a->m, a->n, a->k, a->num_sms, a->splits, a->cluster_fit, &c);
     const uint8_t *bq = a->b_codes, *bs = a->b_sf, *aq = a->a_codes, *asf = a->a_sf;
     __nv_bfloat16 *d = (__nv_bfloat16 *)a->d;
     int M = (int)a->m, N = (int)a->n, K = (int)a->k, KS = (int)d10_ks(a->k);
@@ -404,19 +462,9 @@ fp4_status fp4_sm90_decode10_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
     /* both operands carry 2^-7 from the dequantization */
     float alpha_eff = a->alpha * 16384.0f;
     void *args[] = {&bq, &bs, &aq, &asf, &d, &M, &N, &K, &KS, &kper, &rbs, &tiles, &alpha_eff};
-
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)c.grid_x, (unsigned)c.S, 1);
-    cfg.blockDim = dim3(D10_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = c.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = (unsigned)c.S;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = c.S > 1 ? 1 : 0; /* one split: no cluster */
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    d10_launch_cfg(&cfg, &attr, &c, stream);
     FP4_CUDA_TRY(err, cudaLaunchKernelExC(&cfg, (const void *)d10_kernel(c.rt, c.nt), args));
     FP4_CUDA_LAUNCH_TRY(err);
     return FP4_OK;
