@@ -2,7 +2,8 @@
 # One device call for v10-decode work: build (sm_90a), the sanitizers on v10
 # (cluster and persistent paths), the fp4-sm90 GPU test (GPU_FP4_SM90_ONLY=10
 # by default: v10 only), v10 against v4 and cuBLAS on the decode targets (v10
-# with RT 2 / 4 forced), v10's split sweep, Nsight Compute of v10 (NCU="variant:shape ..").
+# with RT 2 / 4 forced), v10's split sweep, Nsight Compute of v10 (NCU="variant:shape .."),
+# v10's ablation (ABLATE="shape,shape": one cold launch with and without its arithmetic).
 # Output under $OUT.
 set -uo pipefail
 source bench/dev-build.sh
@@ -32,4 +33,5 @@ FP4_SM90_KERNEL=v4-decode $B run --shape "$S" --json "$OUT/forced-v4.json" --qui
 echo "== timings $(( $(date +%s) - t0 )) s"
 [ -n "${SPLITS-1 2 3 4}" ] && bash bench/splitk-sweep.sh v10-decode "16x2048x6144,64x2048x6144,16x768x6144,64x768x6144" "${SPLITS-1 2 3 4}"
 [ -n "${NCU-}" ] && bash bench/profile-decode.sh "$NCU"
+[ -n "${ABLATE-}" ] && KERNEL=v10-decode FLAG=D10_DEV_ABLATE LEVELS=1 bash bench/decode-ablate.sh "$ABLATE"
 echo "== done $(( $(date +%s) - t0 )) s"

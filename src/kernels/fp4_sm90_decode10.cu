@@ -61,6 +61,12 @@
 #define D10_OFF_RING 1024 /* after the mbarriers [warp][D10_MAX_SLOTS] (<= 16 warps) */
 #define D10_OFF_RED (D10_OFF_RING + D10_RING)
 #define D10_UNIT 576 /* bytes of one tile and k-step: 512 of codes, 64 of scales */
+/* Development only (bench/decode-ablate.sh): 1 skips the dequantization and
+ * the MMAs (the words read from the ring are folded into the sums): wrong
+ * results, for timing the streaming skeleton alone. */
+#ifndef D10_DEV_ABLATE
+#define D10_DEV_ABLATE 0
+#endif
 
 static size_t d10_smem(int rt, int nt)
 {
@@ -238,7 +244,17 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
                     w[a] = *(const uint4 *)(sp + (a * D10_SK + kk) * 512 + lane * 16);
                     ws[a] = *(const uint16_t *)(sp + RT * D10_SK * 512 + (a * D10_SK + kk) * 64 + lane * 2);
                 }
-                kperm_kstep_mma<RT, NT>(w, ws, q[kk], qs[kk], acc);
+                if (D10_DEV_ABLATE & 1) {
+#pragma unroll
+                    for (int a = 0; a < RT; a++)
+                        acc[a][0][0] += __uint_as_float(
+                            (w[a].x ^ w[a].y ^ w[a].z ^ w[a].w ^ ws[a]) & 0x007FFFFFu);
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+                        acc[0][n][1] += __uint_as_float((q[kk][n].x ^ q[kk][n].y ^ qs[kk][n]) & 0x007FFFFFu);
+                } else {
+                    kperm_kstep_mma<RT, NT>(w, ws, q[kk], qs[kk], acc);
+                }
             }
             __syncwarp();
             if (j + R < items) d10_issue<RT>(st, j + R, R, ring, bars, bq, bs, lane, policy);
