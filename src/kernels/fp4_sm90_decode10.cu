@@ -75,16 +75,6 @@ static size_t d10_smem(int rt, int nt)
 static int64_t d10_np(int64_t n) { return (n + 63) / 64 * 64; } /* v4's row padding */
 static int64_t d10_ks(int64_t k) { return (k + 63) / 64; }
 
-/* bytes global -> shared by the copy engine, counted on bar, with an L2 policy */
-static __device__ __forceinline__ void d10_bulk(uint32_t dst, const void *src, uint32_t bytes,
-                                                uint32_t bar, uint64_t policy)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-                 : "memory");
-}
-
 /* What a warp streams: item j is stage s = j % nst (k-steps w0 + SK s ..) of
  * the block's i-th tile, i = j / nst (tile tl0 + i * tstep: row block
  * tl % rbs, token chunk tl / rbs). */
@@ -116,10 +106,10 @@ static __device__ __forceinline__ void d10_issue(const d10_stream &st, int j, in
         const int ti = lane < RT ? lane : lane - RT;
         const size_t unit = (size_t)(rb * RT + ti) * (size_t)st.KS + (size_t)ks;
         if (lane < RT)
-            d10_bulk(dst + (uint32_t)(ti * D10_SK * 512), bq + unit * 512, (uint32_t)(nks * 512), bar,
+            wg_bulk_g2s_hint(dst + (uint32_t)(ti * D10_SK * 512), bq + unit * 512, (uint32_t)(nks * 512), bar,
                      policy);
         else
-            d10_bulk(dst + (uint32_t)(RT * D10_SK * 512 + ti * D10_SK * 64), bs + unit * 64,
+            wg_bulk_g2s_hint(dst + (uint32_t)(RT * D10_SK * 512 + ti * D10_SK * 64), bs + unit * 64,
                      (uint32_t)(nks * 64), bar, policy);
     }
 }

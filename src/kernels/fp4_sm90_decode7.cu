@@ -49,6 +49,7 @@
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
 #include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_wgmma.cuh"
 
 #define D7_CWARPS 8                      /* consumer warps */
 #define D7_THREADS (32 * (D7_CWARPS + 1)) /* + one producer warp */
@@ -71,43 +72,6 @@ static int64_t d7_ks(int64_t k) { return (k + 63) / 64; }
 static __device__ __forceinline__ uint32_t d7_smem_addr(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-}
-
-/* bytes from global to shared by the copy engine, completion counted on bar */
-static __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, unsigned bytes,
-                                                uint32_t bar, uint64_t policy)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-                 : "memory");
 }
 
 /* token words of stage s (this warp's k-step 8 s + warp) for its NT token
@@ -140,10 +104,10 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < D7_NS; s++) {
-            mbar_init(sbase + 8 * s, 1);                  /* full: the producer's expect_tx */
-            mbar_init(sbase + 8 * (D7_NS + s), D7_CWARPS); /* empty: one arrive a consumer warp */
+            wg_mbar_init(sbase + 8 * s, 1);                  /* full: the producer's expect_tx */
+            wg_mbar_init(sbase + 8 * (D7_NS + s), D7_CWARPS); /* empty: one arrive a consumer warp */
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        wg_mbar_init_fence();
     }
     __syncthreads();
 
@@ -161,13 +125,13 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
             const uint8_t *scales = bs + (size_t)tile * KS * 64;
             for (int s = 0; s < nstages; s++) {
                 const int slot = s % D7_NS;
-                if (s >= D7_NS) mbar_wait(sbase + 8 * (D7_NS + slot), ((s / D7_NS) - 1) & 1);
+                if (s >= D7_NS) wg_mbar_wait(sbase + 8 * (D7_NS + slot), ((s / D7_NS) - 1) & 1);
                 const int nks = min(D7_SK, KS - s * D7_SK);
                 const uint32_t full = sbase + 8 * slot;
-                mbar_expect_tx(full, (unsigned)nks * (512 + 64));
-                bulk_g2s(sbase + D7_OFF_CODES + slot * D7_CODES, codes + (size_t)s * D7_CODES,
+                wg_mbar_expect(full, (unsigned)nks * (512 + 64));
+                wg_bulk_g2s_hint(sbase + D7_OFF_CODES + slot * D7_CODES, codes + (size_t)s * D7_CODES,
                          (unsigned)nks * 512, full, policy);
-                bulk_g2s(sbase + D7_OFF_SCALES + slot * D7_SCALES, scales + (size_t)s * D7_SCALES,
+                wg_bulk_g2s_hint(sbase + D7_OFF_SCALES + slot * D7_SCALES, scales + (size_t)s * D7_SCALES,
                          (unsigned)nks * 64, full, policy);
             }
         }
@@ -209,11 +173,11 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
             for (int n = 0; n < NT; n++) kperm_b_frag(q[u][n], sf_pair(qs[u][n], 0), bt[n]);
             d7_tokens<NT>(q[u], qs[u], ap, sp, s + TP, 4 * (ks + TP * D7_SK) + t < KB);
             const int slot = s % D7_NS;
-            mbar_wait(sbase + 8 * slot, (s / D7_NS) & 1);
+            wg_mbar_wait(sbase + 8 * slot, (s / D7_NS) & 1);
             const uint4 w = *(const uint4 *)(smem7 + D7_OFF_CODES + slot * D7_CODES + warp * 512 + lane * 16);
             const uint32_t wsc = *(const uint16_t *)(smem7 + D7_OFF_SCALES + slot * D7_SCALES + warp * 64 + lane * 2);
             __syncwarp();
-            if (lane == 0) mbar_arrive(sbase + 8 * (D7_NS + slot)); /* slot free for stage s + NS */
+            if (lane == 0) wg_mbar_arrive(sbase + 8 * (D7_NS + slot)); /* slot free for stage s + NS */
             const uint32_t sg = sf_pair(wsc, 0), sg8 = sf_pair(wsc, 1);
 #pragma unroll
             for (int j = 0; j < 4; j++) {

@@ -56,6 +56,20 @@ static __device__ __forceinline__ void wg_bulk_g2s(uint32_t dst, const void *src
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+/* the same with an L2 cache policy (createpolicy), e.g. evict-first for a stream read once */
+static __device__ __forceinline__ void wg_bulk_g2s_hint(uint32_t dst, const void *src, uint32_t bytes,
+                                                        uint32_t bar, uint64_t policy)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+                 : "memory");
+}
+/* arrive once (no transaction bytes) */
+static __device__ __forceinline__ void wg_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 /* wait until the phase with this parity of bar completed */
 static __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
 {
