@@ -239,6 +239,22 @@ static __device__ __forceinline__ void p6_step(
  * fp32 tile into wsf [roundup(N, 256)][roundup(M, 128)] (red.global.add.v4)
  * and the last of the S CTAs of the tile (counter cnt[tile]) writes d and
  * re-zeroes its part of wsf and the counter (splitk_last_block). */
+#ifdef P6_DEV_STAMPS
+#define P6_DEV_MAX_CTAS 8192
+/* Development only (CMake FP4_DEV_STAMPS, bench/stamps-mid9.sh): for each CTA
+ * of the last v9 main-kernel launch, its SM, the %globaltimer (ns) at its start
+ * and after its main loop. Global mutable state, so never in a normal build. */
+__device__ unsigned long long p6_dev_stamps[P6_DEV_MAX_CTAS * 3];
+#ifdef FP4_SM90_HAVE_WGMMA
+static __device__ __forceinline__ unsigned long long p6_gtime(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+#endif
+
 template <int BN, int MINB, int ST, bool BULK, bool TR>
 __global__ void __launch_bounds__(P6_THREADS, MINB)
     fp4_sm90_prefill8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
@@ -253,6 +269,15 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     unsigned char *smem = p6_smem_raw + pad;
     const uint32_t sbase = raw + pad;
     const int tid = threadIdx.x;
+#ifdef P6_DEV_STAMPS
+    const unsigned p6_cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        p6_dev_stamps[3 * p6_cta] = sm;
+        p6_dev_stamps[3 * p6_cta + 1] = p6_gtime();
+    }
+#endif
     const int m0 = blockIdx.x * P6_BM, mt_blk = blockIdx.x;
     /* first 128-row workspace block of this n tile; BN = 64: its half */
     const int nb0 = (blockIdx.y * BN) / 128;
@@ -302,6 +327,9 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
     wg_cp_wait<0>();
+#ifdef P6_DEV_STAMPS
+    if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[3 * p6_cta + 2] = p6_gtime();
+#endif
     if (!TR) {
         wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
         return;
@@ -707,3 +735,23 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
     FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, grid, dim3(P6_THREADS), args, (size_t)smem, stream));
     return FP4_OK;
 }
+
+#ifdef P6_DEV_STAMPS
+/* Development only: clear the stamps; copy out up to max_ctas CTAs' (SM,
+ * start ns, main-loop end ns). Return 0 / the CTAs copied, -1 on a CUDA error. */
+extern "C" int fp4_sm90_dev_stamps_clear(void)
+{
+    void *p = NULL;
+    if (cudaGetSymbolAddress(&p, p6_dev_stamps) != cudaSuccess) return -1;
+    return cudaMemset(p, 0, sizeof(unsigned long long) * P6_DEV_MAX_CTAS * 3) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int fp4_sm90_dev_stamps(unsigned long long *out, int max_ctas)
+{
+    const int n = max_ctas < P6_DEV_MAX_CTAS ? max_ctas : P6_DEV_MAX_CTAS;
+    if (cudaMemcpyFromSymbol(out, p6_dev_stamps, sizeof(unsigned long long) * 3 * (size_t)n) !=
+        cudaSuccess)
+        return -1;
+    return n;
+}
+#endif
