@@ -18,6 +18,7 @@ int fp4_sm90_dev_stamps_clear(void);
 int fp4_sm90_dev_stamps(unsigned long long *out, int max_ctas);
 
 #define MAX_CTAS 8192
+#define NST 5 /* SM, start, main loop done, partial tile sent, end */
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -84,45 +85,55 @@ int main(int argc, char **argv)
     if (ops->run(plan, 0, NULL, &err) != FP4_OK) return fail("run", &err);
     if (cudaDeviceSynchronize() != cudaSuccess) return 1;
 
-    static unsigned long long st[MAX_CTAS * 3];
+    static unsigned long long st[MAX_CTAS * NST];
     const int got = fp4_sm90_dev_stamps(st, MAX_CTAS);
     if (got < 0) return 1;
-    unsigned long long t0 = ~0ull, t_last = 0;
+    unsigned long long t0 = ~0ull, t_last = 0, t_end = 0;
     int ctas = 0;
     for (int c = 0; c < got; c++)
-        if (st[3 * c + 1]) {
+        if (st[NST * c + 1]) {
             ctas++;
-            if (st[3 * c + 1] < t0) t0 = st[3 * c + 1];
-            if (st[3 * c + 2] > t_last) t_last = st[3 * c + 2];
+            if (st[NST * c + 1] < t0) t0 = st[NST * c + 1];
+            if (st[NST * c + 2] > t_last) t_last = st[NST * c + 2];
+            if (st[NST * c + 4] > t_end) t_end = st[NST * c + 4];
         }
     if (!ctas) {
         printf("fp4stamps: no stamps (not v9-mid, or not a FP4_DEV_STAMPS build)\n");
         return 1;
     }
-    static double dur[MAX_CTAS], start[MAX_CTAS];
+    static double dur[MAX_CTAS], start[MAX_CTAS], sent[MAX_CTAS], fin[MAX_CTAS];
     static double sm_busy[1024];
     int nsm = 0, i = 0;
     double busy = 0.0;
-    printf("cta sm start_us loop_end_us loop_us\n");
+    printf("cta sm start_us loop_end_us sent_us end_us (us after the earliest start)\n");
     for (int c = 0; c < got; c++) {
-        if (!st[3 * c + 1]) continue;
-        const double s = (double)(st[3 * c + 1] - t0) / 1e3, e = (double)(st[3 * c + 2] - t0) / 1e3;
-        printf("%d %llu %.2f %.2f %.2f\n", c, st[3 * c], s, e, e - s);
+        if (!st[NST * c + 1]) continue;
+        const double s = (double)(st[NST * c + 1] - t0) / 1e3, e = (double)(st[NST * c + 2] - t0) / 1e3;
+        const double snt = (double)(st[NST * c + 3] - t0) / 1e3, f = (double)(st[NST * c + 4] - t0) / 1e3;
+        printf("%d %llu %.2f %.2f %.2f %.2f\n", c, st[NST * c], s, e, snt, f);
+        sent[i] = snt;
+        fin[i] = f;
         start[i] = s;
         dur[i++] = e - s;
         busy += e - s;
-        if (st[3 * c] < 1024) {
-            if (sm_busy[st[3 * c]] == 0.0) nsm++;
-            sm_busy[st[3 * c]] += e - s;
+        if (st[NST * c] < 1024) {
+            if (sm_busy[st[NST * c]] == 0.0) nsm++;
+            sm_busy[st[NST * c]] += e - s;
         }
     }
     qsort(dur, (size_t)ctas, sizeof dur[0], cmp_double);
     qsort(start, (size_t)ctas, sizeof start[0], cmp_double);
+    qsort(sent, (size_t)ctas, sizeof sent[0], cmp_double);
+    qsort(fin, (size_t)ctas, sizeof fin[0], cmp_double);
     const double span = (double)(t_last - t0) / 1e3;
     printf("summary: %d CTAs on %d SMs; start skew %.2f us (median start %.2f); main loop "
            "min %.2f median %.2f max %.2f us; span %.2f us; SMs used busy %.0f%% of the span\n",
            ctas, nsm, start[ctas - 1], start[ctas / 2], dur[0], dur[ctas / 2], dur[ctas - 1], span,
            100.0 * busy / ((double)nsm * span));
+    printf("summary: partial tiles sent by %.2f us (median %.2f); CTAs end by %.2f us (median %.2f): "
+           "main loops %.0f%% of the kernel's %.2f us\n",
+           sent[ctas - 1], sent[ctas / 2], fin[ctas - 1], fin[ctas / 2],
+           100.0 * span / ((double)(t_end - t0) / 1e3), (double)(t_end - t0) / 1e3);
     cudaFree(flush);
     ops->release(plan);
     ops->close(inst);

@@ -242,9 +242,11 @@ static __device__ __forceinline__ void p6_step(
 #ifdef P6_DEV_STAMPS
 #define P6_DEV_MAX_CTAS 8192
 /* Development only (CMake FP4_DEV_STAMPS, bench/stamps-mid9.sh): for each CTA
- * of the last v9 main-kernel launch, its SM, the %globaltimer (ns) at its start
- * and after its main loop. Global mutable state, so never in a normal build. */
-__device__ unsigned long long p6_dev_stamps[P6_DEV_MAX_CTAS * 3];
+ * of the last v9 main-kernel launch, its SM and the %globaltimer (ns) at its
+ * start, after its main loop, after its partial tile left (D or red.global) and
+ * at its end. Global mutable state, so never in a normal build. */
+#define P6_DEV_STAMPS_N 5 /* SM, start, main loop done, partial tile sent, end */
+__device__ unsigned long long p6_dev_stamps[P6_DEV_MAX_CTAS * P6_DEV_STAMPS_N];
 #ifdef FP4_SM90_HAVE_WGMMA
 static __device__ __forceinline__ unsigned long long p6_gtime(void)
 {
@@ -274,8 +276,8 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) {
         unsigned sm;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        p6_dev_stamps[3 * p6_cta] = sm;
-        p6_dev_stamps[3 * p6_cta + 1] = p6_gtime();
+        p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta] = sm;
+        p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 1] = p6_gtime();
     }
 #endif
     const int m0 = blockIdx.x * P6_BM, mt_blk = blockIdx.x;
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     wg_reg_fence<BN / 2>(acc);
     wg_cp_wait<0>();
 #ifdef P6_DEV_STAMPS
-    if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[3 * p6_cta + 2] = p6_gtime();
+    if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 2] = p6_gtime();
 #endif
     if (!TR) {
         wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
@@ -361,9 +363,15 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
             red_add4(wsf + (size_t)n * Mp + m, v);
         }
     }
+#ifdef P6_DEV_STAMPS
+    if (tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 3] = p6_gtime();
+#endif
     if (S > 1)
         splitk_last_block(wsf, cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x, d, S, tok0, m0, BN,
                           P6_BM, N, M, Mp, alpha_eff, &p6_last);
+#ifdef P6_DEV_STAMPS
+    if (tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 4] = p6_gtime();
+#endif
 #else
     (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
     (void)wsf, (void)cnt;
@@ -737,19 +745,23 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
 }
 
 #ifdef P6_DEV_STAMPS
-/* Development only: clear the stamps; copy out up to max_ctas CTAs' (SM,
- * start ns, main-loop end ns). Return 0 / the CTAs copied, -1 on a CUDA error. */
+/* Development only: clear the stamps; copy out up to max_ctas CTAs' 5 stamps
+ * (SM, then ns: start, main loop done, partial tile sent, end). Return 0 / the
+ * CTAs copied, -1 on a CUDA error. */
 extern "C" int fp4_sm90_dev_stamps_clear(void)
 {
     void *p = NULL;
     if (cudaGetSymbolAddress(&p, p6_dev_stamps) != cudaSuccess) return -1;
-    return cudaMemset(p, 0, sizeof(unsigned long long) * P6_DEV_MAX_CTAS * 3) == cudaSuccess ? 0 : -1;
+    return cudaMemset(p, 0, sizeof(unsigned long long) * P6_DEV_MAX_CTAS * P6_DEV_STAMPS_N) ==
+                   cudaSuccess
+               ? 0
+               : -1;
 }
 
 extern "C" int fp4_sm90_dev_stamps(unsigned long long *out, int max_ctas)
 {
     const int n = max_ctas < P6_DEV_MAX_CTAS ? max_ctas : P6_DEV_MAX_CTAS;
-    if (cudaMemcpyFromSymbol(out, p6_dev_stamps, sizeof(unsigned long long) * 3 * (size_t)n) !=
+    if (cudaMemcpyFromSymbol(out, p6_dev_stamps, sizeof(unsigned long long) * P6_DEV_STAMPS_N * (size_t)n) !=
         cudaSuccess)
         return -1;
     return n;
