@@ -14,17 +14,20 @@
  *
  * - v4's packed weights and per-k-step math (kperm_kstep_mma): a warp covers
  *   RT tiles of 16 rows (the token conversion is shared by them) and a
- *   contiguous K range; the 8 warps of a block split the block's K range.
- * - Weights by the copy engine: each warp owns a ring of 18 KB in shared
- *   memory (4 slots of 2 k-steps at RT = 4, 8 at RT = 2); a slot is 2 RT bulk
- *   copies (each tile's codes and scales are contiguous along K in v4's
- *   layout) completing on the slot's mbarrier, with an L2 evict-first policy.
- *   Every warp starts its whole ring at once: 147 KB a SM requested before
- *   any arithmetic, refilled as soon as a slot is read. No producer warp and
- *   no empty barriers: a warp refills only its own slots.
+ *   contiguous K range; the 16 warps of a block (8 at 32 tokens) split the
+ *   block's K range.
+ * - Weights by the copy engine: the block's 147 KB ring is split evenly over
+ *   its warps (9 KB a warp at 16 warps: 4 slots of one k-step at RT = 4, 8 at
+ *   RT = 2); a slot is 2 RT bulk copies (each tile's codes and scales are
+ *   contiguous along K in v4's layout) completing on the slot's mbarrier,
+ *   with an L2 evict-first policy. Every warp starts its whole ring at once:
+ *   147 KB a SM requested before any arithmetic, refilled as soon as a slot
+ *   is read. No producer warp and no empty barriers: a warp refills only its
+ *   own slots.
  * - Token fragments are loaded straight from A one slot ahead (registers).
  * - Split K inside a thread-block cluster (grid.y = S = the cluster size,
- *   <= 8): after the block's reduction over warps (shared memory), one
+ *   <= 8, and only as many as fit at once: fp4_sm90_decode10_cluster_fit):
+ *   after the block's reduction over warps (shared memory), one
  *   cluster barrier, then block r sums its slice of the tile over the S
  *   blocks through distributed shared memory and writes bf16 D; a second
  *   barrier keeps the partials alive until every peer has read them. No
@@ -37,6 +40,14 @@
  * cluster reduction add ~1 us: ~4 us (v4: 7.9). 16x8192x8192: issue-bound
  * (~8.7 us of arithmetic at 4 warp instructions a cycle a SM, about the
  * 8.2 us bytes floor): ~11-12 us (v4: 18.2).
+ * Measured (docs/PERF.md, recorded call of commit 1313a0e, forced): slower
+ * than v4, so not chosen: 16x2048x6144 9.27 us (v4 7.76), 16x768 6.33
+ * (6.44), 64x768 10.44 (10.90), 16x8192x8192 24.97 (18.10), 16x28672x4096
+ * 50.07 (31.49). Nsight Compute and an ablation (D10_DEV_ABLATE) at
+ * 16x8192x8192: the bulk-copied stream alone reaches 2.5 TB/s (v4's register
+ * loads: 3.1), and the arithmetic does not hide under it: 13.9 M warp
+ * instructions (v4: 9.2 M), 6.7 M of them on the half-rate ALU pipe. What
+ * works and is kept: the cluster (DSMEM) split-K reduction and its fit query.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,8 +62,9 @@
 #include "kernels/fp4_sm90_device.cuh"
 #include "kernels/fp4_sm90_wgmma.cuh"
 
-/* Warps a block: 16 up to 16 tokens a chunk (more warps hide the
- * dequantize -> MMA chains), 8 at 32 tokens (their registers). */
+/* Warps a block: 16 up to 16 tokens a chunk, 8 at 32 tokens (registers).
+ * 16 were meant to hide the dequantize -> MMA chains; at 16x8192x8192 8 and
+ * 16 warps measured the same (25.0 and 25.2 us, -s5-dev/call1, call2). */
 #define D10_WARPS(nt) ((nt) == 4 ? 8 : 16)
 #define D10_SK 1            /* k-steps a ring slot */
 #define D10_RING 147456     /* ring bytes a block, split evenly over its warps */
