@@ -63,8 +63,9 @@
 #include "kernels/fp4_sm90_wgmma.cuh"
 
 /* Warps a block: 16 up to 16 tokens a chunk, 8 at 32 tokens (registers).
- * 16 were meant to hide the dequantize -> MMA chains; at 16x8192x8192 8 and
- * 16 warps measured the same (25.0 and 25.2 us, -s5-dev/call1, call2). */
+ * 16 were meant to hide the dequantize -> MMA chains; at 16x8192x8192 the
+ * first version (8 warps, 2-k-step slots) and this one measured the same
+ * (25.0 and 25.2 us, bench/results/2026-12-02-h200-s5-dev/call1, call2). */
 #define D10_WARPS(nt) ((nt) == 4 ? 8 : 16)
 #define D10_SK 1            /* k-steps a ring slot */
 #define D10_RING 147456     /* ring bytes a block, split evenly over its warps */
