@@ -70,7 +70,7 @@
 #define D10_SK 1            /* k-steps a ring slot */
 #define D10_RING 147456     /* ring bytes a block, split evenly over its warps */
 #define D10_MAX_SLOTS 8
-#define D10_MAX_SPLITS FP4_SM90_MAX_CLUSTER /* portable cluster size */
+#define D10_MAX_SPLITS FP4_SM90_MAX_CLUSTER /* portable cluster size (cluster_sum4's 8) */
 #define D10_OFF_RING 1024 /* after the mbarriers [warp][D10_MAX_SLOTS] (<= 16 warps) */
 #define D10_OFF_RED (D10_OFF_RING + D10_RING)
 #define D10_UNIT 576 /* bytes of one tile and k-step: 512 of codes, 64 of scales */
@@ -283,27 +283,14 @@ fp4_sm90_decode_v10(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ 
             continue;
         }
         cluster_sync_all();
-        /* block r of the cluster sums elements r, r + S, .. over the S blocks;
-         * its S remote loads are issued before the first add */
+        /* block r of the cluster sums elements r, r + S, .. over the S blocks */
         const uint32_t rank = cluster_rank();
         const uint32_t red_addr = sbase + D10_OFF_RED;
         for (int e = tid * S + (int)rank; e < E4; e += THREADS * S) {
             const int tok = e / C4, c4 = (e - tok * C4) * 4;
             const int m = m0 + tok, n = n0 + c4;
             if (m >= M || n >= N) continue;
-            const uint32_t off = red_addr + (uint32_t)((tok * RS + c4) * 4);
-            float4 p[D10_MAX_SPLITS];
-#pragma unroll
-            for (int r = 0; r < D10_MAX_SPLITS; r++)
-                p[r] = r < S ? ld_dsmem4(off, (uint32_t)r) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            float4 v = p[0];
-#pragma unroll
-            for (int r = 1; r < D10_MAX_SPLITS; r++) {
-                v.x += p[r].x;
-                v.y += p[r].y;
-                v.z += p[r].z;
-                v.w += p[r].w;
-            }
+            const float4 v = cluster_sum4(red_addr + (uint32_t)((tok * RS + c4) * 4), S);
             store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
         }
         cluster_sync_all(); /* peers may still read this block's partials */

@@ -274,19 +274,7 @@ fp4_sm90_decode_v3(const uint4 *__restrict__ bq, const uint32_t *__restrict__ bs
         const int tok = e / C4, c4 = (e - tok * C4) * 4;
         const int m = m0 + tok, n = n0 + c4;
         if (m >= M || n >= N) continue;
-        const uint32_t off = red_addr + (uint32_t)((tok * RS + c4) * 4);
-        float4 w[D3_MAX_SPLITS];
-#pragma unroll
-        for (int q = 0; q < D3_MAX_SPLITS; q++)
-            w[q] = q < S ? ld_dsmem4(off, (uint32_t)q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float4 v = w[0];
-#pragma unroll
-        for (int q = 1; q < D3_MAX_SPLITS; q++) {
-            v.x += w[q].x;
-            v.y += w[q].y;
-            v.z += w[q].z;
-            v.w += w[q].w;
-        }
+        const float4 v = cluster_sum4(red_addr + (uint32_t)((tok * RS + c4) * 4), S);
         store_bf16x4(d, m, n, N, v, alpha_eff, vec_out);
     }
     (void)split;

@@ -235,6 +235,26 @@ static __device__ __forceinline__ float4 ld_dsmem4(uint32_t local_addr, uint32_t
     return v;
 }
 
+/* The sum over the S (<= 8) blocks of this block's cluster of the float4 at
+ * shared address off in each (distributed shared memory): all S remote loads
+ * are issued before the first add (one DSMEM round trip). */
+static __device__ __forceinline__ float4 cluster_sum4(uint32_t off, int S)
+{
+    float4 p[8];
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+        p[r] = r < S ? ld_dsmem4(off, (uint32_t)r) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v = p[0];
+#pragma unroll
+    for (int r = 1; r < 8; r++) {
+        v.x += p[r].x;
+        v.y += p[r].y;
+        v.z += p[r].z;
+        v.w += p[r].w;
+    }
+    return v;
+}
+
 /* Split K across blocks, after every block added its fp32 partial tile
  * [TOK tokens][ROWS rows] into ws [m][Np] with red_add4: the last block of the
  * tile to arrive (arrival counter *cnt) writes bf16 D and re-zeroes its

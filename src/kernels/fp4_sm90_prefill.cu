@@ -43,6 +43,7 @@
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
 #include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_wgmma.cuh"
 
 #define PF_BM 128
 #define PF_BN 128
@@ -55,28 +56,6 @@
 #define PF_STAGE_BYTES (PF_A_BYTES + PF_B_BYTES + 512 + 512)
 
 /* ---- device helpers (the shared ones are in fp4_sm90_device.cuh) ------------------ */
-
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;");
-}
-
-static __device__ __forceinline__ void cp_async_wait_pending(void)
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(PF_STAGES - 2));
-}
 
 /* byte of scale (r, kb) inside one 512-byte swizzled 128x4 tile */
 static __device__ __forceinline__ int swz_in_tile(int r, int kb)
@@ -113,7 +92,7 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
             const int m = m0 + r;
             const bool ok = m < M && kbyte + c < arow;
             const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-            cp_async16(so + (uint32_t)(r * PF_ROWB + c), src, ok ? 16 : 0);
+            wg_cp16(so + (uint32_t)(r * PF_ROWB + c), src, ok ? 16 : 0);
         } else {
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -122,19 +101,19 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
                 const int m = m0 + r;
                 const bool ok = m < M && kbyte + c < arow;
                 const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-                cp_async8(so + (uint32_t)(r * PF_ROWB + c), src, ok ? 8 : 0);
+                wg_cp8(so + (uint32_t)(r * PF_ROWB + c), src, ok ? 8 : 0);
             }
         }
         {
             const int r = tid >> 1, c = (tid & 1) * 16;
-            cp_async16(so + (uint32_t)(PF_A_BYTES + r * PF_ROWB + c),
+            wg_cp16(so + (uint32_t)(PF_A_BYTES + r * PF_ROWB + c),
                        bq + (size_t)(n0 + r) * brow + kbyte + c, 16);
         }
         if (tid < 32)
-            cp_async16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + tid * 16),
+            wg_cp16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + tid * 16),
                        asf + ((size_t)mt_blk * KS + s) * 512 + tid * 16, 16);
         else if (tid < 64)
-            cp_async16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + 512 + (tid - 32) * 16),
+            wg_cp16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + 512 + (tid - 32) * 16),
                        bsf + ((size_t)nt_blk * KS + s) * 512 + (tid - 32) * 16, 16);
     };
 
@@ -149,16 +128,16 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
 #pragma unroll
     for (int s = 0; s < PF_STAGES - 1; s++) {
         if (s < KS) load_stage(s, s);
-        cp_async_commit();
+        wg_cp_commit();
     }
 
     for (int s = 0; s < KS; s++) {
-        cp_async_wait_pending();
+        wg_cp_wait<PF_STAGES - 2>();
         __syncthreads();
         {
             const int ls = s + PF_STAGES - 1;
             if (ls < KS) load_stage(ls % PF_STAGES, ls);
-            cp_async_commit();
+            wg_cp_commit();
         }
         const unsigned char *st = smem + (s % PF_STAGES) * PF_STAGE_BYTES;
         const unsigned char *sa = st, *sb = st + PF_A_BYTES;
@@ -206,7 +185,7 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
             }
         }
     }
-    asm volatile("cp.async.wait_group 0;");
+    wg_cp_wait<0>();
 
     /* epilogue */
     const bool pair_ok = (N % 2) == 0;

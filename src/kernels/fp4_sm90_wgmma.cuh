@@ -1,5 +1,6 @@
 /* Device helpers shared by the wgmma kernels (v5-prefill in
- * fp4_sm90_prefill5.cu, v8-prefill and v9-mid in fp4_sm90_prefill8.cu): cp.async, the
+ * fp4_sm90_prefill5.cu, v8-prefill and v9-mid in fp4_sm90_prefill8.cu; the
+ * cp.async and bulk-copy helpers also by v2, v7 and v10): cp.async, the
  * wgmma fences / commit / wait, the 128-byte-swizzle shared-memory descriptor,
  * the m64nNk16 f16 wgmma with A from registers, the loads of A's raw tile, A's
  * register fragment and the dequantization of B's packed code words into the
@@ -87,8 +88,7 @@ static __device__ __forceinline__ void wg_fence_async_smem(void)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-#ifdef FP4_SM90_HAVE_WGMMA
-/* ---- cp.async ---------------------------------------------------------------------- */
+/* ---- cp.async (any sm_80+ target: v2 too) ------------------------------------------ */
 
 /* 16 bytes global -> shared, L2 only; src_bytes < 16 zero-fills the rest */
 static __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int src_bytes)
@@ -111,6 +111,7 @@ template <int N> static __device__ __forceinline__ void wg_cp_wait(void)
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+#ifdef FP4_SM90_HAVE_WGMMA
 /* ---- wgmma ordering ---------------------------------------------------------------- */
 
 static __device__ __forceinline__ void wg_fence(void)
