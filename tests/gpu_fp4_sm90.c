@@ -320,7 +320,7 @@ int main(void)
     test_quantizer();
     test_rejects();
     int fit[FP4_SM90_MAX_CLUSTER + 1], sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
     CHECK(fp4_sm90_decode10_cluster_fit(fit, sms, &err) == FP4_OK);
     printf("gpu_fp4_sm90: v10 clusters of s resident at once, s = 1..%d:", FP4_SM90_MAX_CLUSTER);
     for (int s = 1; s <= FP4_SM90_MAX_CLUSTER; s++) printf(" %d", fit[s]);

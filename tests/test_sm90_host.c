@@ -160,14 +160,17 @@ int main(void)
     CHECK(splits == 8); /* the cluster maximum */
     fp4_sm90_decode10_cfg(16, 2048, 48, sms, 0, NULL, &rt, &splits);
     CHECK(splits == 1); /* one k-step */
-    /* fewer clusters of 3 and 4 resident than the 32 tiles of RT 4 need: 2
-     * splits, and then RT 2 (64 tiles x 2) fills the SMs */
-    const int fit[9] = {0, 132, 66, 30, 30, 24, 20, 16, 16};
+    /* the H200's clusters of 1..8 resident at once (gpu_fp4_sm90's line in
+     * bench/results/2026-12-02-h200-s5-dev/call2): 32 clusters of 4 do not
+     * fit, so RT 4 gets 3 splits (96 blocks) and RT 2 with 2 (128) wins */
+    const int fit[9] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
     CHECK(rt == 2 && splits == 2);
+    fp4_sm90_decode10_cfg(64, 768, 6144, sms, 0, fit, &rt, &splits);
+    CHECK(rt == 4 && splits == 4); /* 24 clusters of 5 do not fit (22) */
     setenv("FP4_SM90_V10_RT", "4", 1);
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
-    CHECK(rt == 4 && splits == 2);
+    CHECK(rt == 4 && splits == 3);
     setenv("FP4_SM90_V10_RT", "2", 1);
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 2 && splits == 2);
