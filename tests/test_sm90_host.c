@@ -171,6 +171,11 @@ int main(void)
     setenv("FP4_SM90_V10_RT", "4", 1);
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
     CHECK(rt == 4 && splits == 3);
+    /* a shape whose packed weights overflow v10's 32-bit indexing is refused
+     * (the launch then says "shape too large"), the targets are not */
+    CHECK(fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, 2048, 6144, sms));
+    CHECK(fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, 28672, 4096, sms));
+    CHECK(!fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, (int64_t)1 << 30, 4096, sms));
     setenv("FP4_SM90_V10_RT", "2", 1);
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 2 && splits == 2);
