@@ -129,10 +129,10 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
                 const int nks = min(D7_SK, KS - s * D7_SK);
                 const uint32_t full = sbase + 8 * slot;
                 wg_mbar_expect(full, (unsigned)nks * (512 + 64));
-                wg_bulk_g2s_hint(sbase + D7_OFF_CODES + slot * D7_CODES, codes + (size_t)s * D7_CODES,
-                         (unsigned)nks * 512, full, policy);
-                wg_bulk_g2s_hint(sbase + D7_OFF_SCALES + slot * D7_SCALES, scales + (size_t)s * D7_SCALES,
-                         (unsigned)nks * 64, full, policy);
+                wg_bulk_g2s_hint(sbase + D7_OFF_CODES + slot * D7_CODES,
+                                 codes + (size_t)s * D7_CODES, (unsigned)nks * 512, full, policy);
+                wg_bulk_g2s_hint(sbase + D7_OFF_SCALES + slot * D7_SCALES,
+                                 scales + (size_t)s * D7_SCALES, (unsigned)nks * 64, full, policy);
             }
         }
     } else {

@@ -107,14 +107,14 @@ __global__ void __launch_bounds__(PF_THREADS, 1)
         {
             const int r = tid >> 1, c = (tid & 1) * 16;
             wg_cp16(so + (uint32_t)(PF_A_BYTES + r * PF_ROWB + c),
-                       bq + (size_t)(n0 + r) * brow + kbyte + c, 16);
+                    bq + (size_t)(n0 + r) * brow + kbyte + c, 16);
         }
         if (tid < 32)
             wg_cp16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + tid * 16),
-                       asf + ((size_t)mt_blk * KS + s) * 512 + tid * 16, 16);
+                    asf + ((size_t)mt_blk * KS + s) * 512 + tid * 16, 16);
         else if (tid < 64)
             wg_cp16(so + (uint32_t)(PF_A_BYTES + PF_B_BYTES + 512 + (tid - 32) * 16),
-                       bsf + ((size_t)nt_blk * KS + s) * 512 + (tid - 32) * 16, 16);
+                    bsf + ((size_t)nt_blk * KS + s) * 512 + (tid - 32) * 16, 16);
     };
 
     float acc[4][4][4];

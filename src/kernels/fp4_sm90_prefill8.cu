@@ -228,17 +228,6 @@ static __device__ __forceinline__ void p6_step(
 }
 #endif /* FP4_SM90_HAVE_WGMMA */
 
-/* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw the prepass's fp16 tiles;
- * KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN, z = K splits
- * (TR only).
- * TR false (v8-prefill): d [M, N] bf16, written from the registers.
- * TR true (v9-mid, swap AB): A is the weight matrix (M = its rows), B the
- * tokens (N = their count); d is [N, M] (tokens x weights), so the CTA tile
- * goes through shared memory transposed and leaves as coalesced rows. With
- * gridDim.z = S > 1 the CTA runs k-steps [z KS / S, (z + 1) KS / S), adds its
- * fp32 tile into wsf [roundup(N, 256)][roundup(M, 128)] (red.global.add.v4)
- * and the last of the S CTAs of the tile (counter cnt[tile]) writes d and
- * re-zeroes its part of wsf and the counter (splitk_last_block). */
 #ifdef P6_DEV_STAMPS
 #define P6_DEV_MAX_CTAS 8192
 /* Development only (CMake FP4_DEV_STAMPS, bench/stamps-mid9.sh): for each CTA
@@ -257,6 +246,17 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
 #endif
 #endif
 
+/* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw the prepass's fp16 tiles;
+ * KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN, z = K splits
+ * (TR only).
+ * TR false (v8-prefill): d [M, N] bf16, written from the registers.
+ * TR true (v9-mid, swap AB): A is the weight matrix (M = its rows), B the
+ * tokens (N = their count); d is [N, M] (tokens x weights), so the CTA tile
+ * goes through shared memory transposed and leaves as coalesced rows. With
+ * gridDim.z = S > 1 the CTA runs k-steps [z KS / S, (z + 1) KS / S), adds its
+ * fp32 tile into wsf [roundup(N, 256)][roundup(M, 128)] (red.global.add.v4)
+ * and the last of the S CTAs of the tile (counter cnt[tile]) writes d and
+ * re-zeroes its part of wsf and the counter (splitk_last_block). */
 template <int BN, int MINB, int ST, bool BULK, bool TR>
 __global__ void __launch_bounds__(P6_THREADS, MINB)
     fp4_sm90_prefill8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
