@@ -119,11 +119,11 @@ static __device__ __forceinline__ void d10_issue(const d10_stream &st, int j, in
         const int ti = lane < RT ? lane : lane - RT;
         const size_t unit = (size_t)(rb * RT + ti) * (size_t)st.KS + (size_t)ks;
         if (lane < RT)
-            wg_bulk_g2s_hint(dst + (uint32_t)(ti * D10_SK * 512), bq + unit * 512, (uint32_t)(nks * 512), bar,
-                     policy);
+            wg_bulk_g2s_hint(dst + (uint32_t)(ti * D10_SK * 512), bq + unit * 512,
+                             (uint32_t)(nks * 512), bar, policy);
         else
             wg_bulk_g2s_hint(dst + (uint32_t)(RT * D10_SK * 512 + ti * D10_SK * 64), bs + unit * 64,
-                     (uint32_t)(nks * 64), bar, policy);
+                             (uint32_t)(nks * 64), bar, policy);
     }
 }
 
