@@ -14,8 +14,9 @@ cmake -S . -B build-stamps -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS=90a -DFP4_DE
       -DCMAKE_BUILD_TYPE=Release >/tmp/s.log 2>&1 &&
   cmake --build build-stamps -j16 --target fp4stamps >>/tmp/s.log 2>&1 || { tail -30 /tmp/s.log; exit 1; }
 echo "== build $(( $(date +%s) - t0 )) s"
-for shape in ${SHAPES:-"16 2048 6144" "128 2048 6144" "256 2048 6144" "1024 768 6144"}; do
-  f="$OUT/stamps-v9-${shape// /x}.txt"
-  FP4_SM90_KERNEL=v9-mid timeout 60 ./build-stamps/fp4stamps $shape >"$f" 2>&1
+V=${VARIANT:-v9-mid} # v9-mid or v11-mid (same main kernel)
+for shape in ${SHAPES:-16x2048x6144 128x2048x6144 256x2048x6144 1024x768x6144}; do
+  f="$OUT/stamps-${V%%-*}-$shape.txt"
+  FP4_SM90_KERNEL=$V timeout 60 ./build-stamps/fp4stamps ${shape//x/ } >"$f" 2>&1
   echo "$shape: exit $?"; grep -E "fp4stamps|summary" "$f"
 done

@@ -337,7 +337,7 @@ int main(void)
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
                             FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                            FP4_SM90_V10_DECODE};
+                            FP4_SM90_V10_DECODE, FP4_SM90_V11_MID};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -412,6 +412,13 @@ int main(void)
         {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
     };
     test_shapes(ops, inst, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    /* v11-mid: v9's shapes and forced splits (1: D from the tile, no
+     * cooperative launch; 3 and 45, clamped to the k-steps and to the CTAs
+     * that co-reside, go through the slices, the barrier and the counters'
+     * re-zeroing); test_gemm runs every shape several times (graph replay
+     * included), so a counter left non-zero fails the next call */
+    test_splits(ops, inst, FP4_SM90_V11_MID, v9_split_shapes, 3);
+    test_shapes(ops, inst, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     /* v10-decode, with each row tile count a warp (FP4_SM90_V10_RT 2, 4):
      * forced splits (1: no cluster, D from the block; 3: clusters of 3; 45:
      * clamped to the cluster maximum 8 or to K's k-steps), every token-tile

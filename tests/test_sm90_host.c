@@ -32,8 +32,9 @@ static void test_checks(void)
     a.splits = 1; /* v4 with one split needs its workspace all the same */
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
     CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
-    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID};
-    for (int i = 0; i < 3; i++) {
+    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
+                           FP4_SM90_V11_MID};
+    for (int i = 0; i < 4; i++) {
         a.variant = with_ws[i];
         a.m = with_ws[i] == FP4_SM90_V8_PREFILL ? 4096 : 16;
         const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
@@ -58,6 +59,15 @@ static void test_checks(void)
      * [256][2048], 16 x 4 counters, each part rounded up to 256 bytes */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V9_MID, 200, 2048, 6144) ==
           (size_t)256 * 6144 * 2 + (size_t)256 * 2048 * 4 + 256);
+    /* v11: the same token tiles, then the slices for the most splits any call
+     * can use (forced beyond the k-steps, up to 256 co-resident CTAs): 200
+     * tokens are one 256-wide tile a 128-row block, 16 tiles, 16 splits
+     * (256 / 16), 128 KB a slice; two counters a tile */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 200, 2048, 6144) ==
+          (size_t)256 * 6144 * 2 + (size_t)16 * 16 * 256 * 128 * 4 + 256);
+    /* more tiles than 256 CTAs: one split, no slices */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 1024, 28672, 4096) ==
+          (size_t)1024 * 4096 * 2 + 256 * ((224 * 4 * 8 + 255) / 256));
     /* v7 and v10 need none */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V7_DECODE, 16, 2048, 6144) == 0);
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V10_DECODE, 16, 2048, 6144) == 0);
@@ -180,6 +190,20 @@ int main(void)
     fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
     CHECK(rt == 2 && splits == 2);
     unsetenv("FP4_SM90_V10_RT");
+    /* v11's splits: v9's rule, clamped so that the tile's CTAs co-reside */
+    {
+        int s9 = 0, s11 = 0;
+        fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &s9);
+        fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 0, &bn, &s11);
+        CHECK(bn == 256 && s9 == 8 && s11 == 8); /* 16 tiles x 8 = 128 CTAs */
+        fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 45, &bn, &s9);
+        fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 45, &bn, &s11);
+        CHECK(s9 == 45 && s11 == 8); /* 132 / 16 */
+        fp4_sm90_mid11_cfg(1024, 28672, 4096, sms, 3, &bn, &s11);
+        CHECK(s11 == 1); /* 896 tiles: more than the SMs */
+        fp4_sm90_mid11_cfg(100, 200, 6144, sms, 0, &bn, &s11);
+        CHECK(bn == 128 && s11 == 16); /* 2 tiles; v9's cap of 16 */
+    }
     /* forced, by name, alias and number; junk falls back to the rule */
     setenv("FP4_SM90_KERNEL", "v1-decode", 1);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);
@@ -189,6 +213,8 @@ int main(void)
     CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V3_DECODE);
     setenv("FP4_SM90_KERNEL", "decode10", 1);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V10_DECODE);
+    setenv("FP4_SM90_KERNEL", "mid11", 1);
+    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V11_MID);
     setenv("FP4_SM90_KERNEL", "no-such-kernel", 1);
     CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
     unsetenv("FP4_SM90_KERNEL");

@@ -72,6 +72,9 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V10_DECODE, "v10-decode", FP4_SM90_V10_SUMMARY},
      "decode10", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
      NULL, fp4_sm90_decode10_fits, fp4_sm90_decode10_init, fp4_sm90_decode10_launch, 1},
+    {{FP4_SM90_V11_MID, "v11-mid", FP4_SM90_V11_SUMMARY},
+     "mid11", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
+     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid11_init, fp4_sm90_mid11_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

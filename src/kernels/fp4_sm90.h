@@ -65,6 +65,11 @@
  *                   reduced inside a cluster through distributed shared
  *                   memory, persistent over tiles beyond one wave
  *                   (src/kernels/fp4_sm90_decode10.cu).
+ *  11 "v11-mid"     mid M: v9's packing, prepass and main loop; the S CTAs of
+ *                   a tile launched cooperatively store their partial tiles
+ *                   into their own slices, meet at a per-tile barrier and
+ *                   each reduce 1/S of the tile into D (no atomics,
+ *                   deterministic; fp4_sm90_prefill8.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -96,7 +101,8 @@ enum {
     FP4_SM90_V7_DECODE = 7,
     FP4_SM90_V8_PREFILL = 8,
     FP4_SM90_V9_MID = 9,
-    FP4_SM90_V10_DECODE = 10
+    FP4_SM90_V10_DECODE = 10,
+    FP4_SM90_V11_MID = 11
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -106,6 +112,7 @@ enum {
 #define FP4_SM90_V7_SUMMARY "small M: one block per 16-row tile over all K, weights streamed by cp.async.bulk, no split K"
 #define FP4_SM90_V9_SUMMARY "mid M: v8's loop with weights as wgmma A (registers) and tokens as B (prepass tiles), split K"
 #define FP4_SM90_V10_SUMMARY "small M: v4's math, weights bulk-copied into a per-warp smem ring, split K reduced in a cluster (DSMEM)"
+#define FP4_SM90_V11_SUMMARY "mid M: v9 with split K reduced by plain stores, a per-tile barrier (cooperative launch) and a 1/S share a CTA"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -161,7 +168,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 #define FP4_SM90_MAX_CLUSTER 8 /* portable thread-block cluster size (v10's K splits) */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V10_DECODE (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V11_MID (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -298,6 +305,15 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
  * split count, clamped to the k-steps) */
 void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
                        int *splits);
+
+/* v11-mid (fp4_sm90_prefill8.cu): v9's packing and fits; its own workspace
+ * (token tiles, fp32 slices, counters: once zeroed) and split rule (v9's,
+ * clamped so that the CTAs co-reside: tiles x splits <= num_sms) */
+size_t fp4_sm90_mid11_ws_size(int64_t m, int64_t n, int64_t k);
+fp4_status fp4_sm90_mid11_init(fp4_err *err);
+fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+void fp4_sm90_mid11_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
+                        int *splits);
 
 #ifdef __cplusplus
 }

@@ -119,6 +119,15 @@ static __device__ __forceinline__ void red_add4(float *p, float4 v)
                  : "memory");
 }
 
+/* a counter other CTAs release into (after their __threadfence): acquire, so
+ * that their earlier stores are visible to this CTA once it reads the value */
+static __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /* The k-permuted decode layout (v4, v6, v7; fp4_sm90_decode4.cu): in a k-step
  * of 64, lane (g, t) holds k-block 4 ks + t of weight rows g and g + 8 (16
  * code bytes w: row g in w.x, w.y, row g + 8 in w.z, w.w) and of token g (one

@@ -246,6 +246,68 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
 #endif
 #endif
 
+#ifdef FP4_SM90_HAVE_WGMMA
+/* v11-mid's split-K epilogue (TR, S > 1; the S CTAs of a tile co-resident:
+ * cooperative launch). T: this CTA's fp32 tile [BN tokens][P6_TR_LD] in
+ * shared memory. 1. T leaves with plain coalesced stores into this split's
+ * slice of the tile's slab (wsf: [tile][S][BN][128] floats; no atomics);
+ * 2. per-tile arrival barrier (cnt[2 tile]); 3. CTA z sums the S slices of
+ * tokens [z BN / S, (z + 1) BN / S) in split order (deterministic) and writes
+ * those D rows; 4. the last CTA to leave re-zeroes both counters (every CTA
+ * has passed the barrier by then), so the next launch finds them zero. */
+template <int BN>
+static __device__ __forceinline__ void p11_slices_reduce(const float *T, float *__restrict__ wsf,
+                                                         unsigned *__restrict__ cnt,
+                                                         __nv_bfloat16 *__restrict__ d, int S,
+                                                         int tok0, int m0, int N, int M,
+                                                         float alpha, int tid)
+{
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, z = blockIdx.z;
+    float *slab = wsf + (size_t)tile * (size_t)S * (BN * P6_BM);
+    float *mine = slab + (size_t)z * (BN * P6_BM);
+    for (int e = tid; e < BN * (P6_BM / 4); e += P6_THREADS) {
+        const int tok = e / (P6_BM / 4), c4 = (e % (P6_BM / 4)) * 4;
+        __stcg((float4 *)(mine + tok * P6_BM + c4), *(const float4 *)(T + tok * P6_TR_LD + c4));
+    }
+    unsigned *arrive = cnt + 2 * tile, *depart = arrive + 1;
+    __threadfence(); /* my slice, before my arrival */
+    __syncthreads();
+    if (tid == 0) {
+        atomicAdd(arrive, 1u);
+        while (ld_acquire_gpu(arrive) < (unsigned)S) __nanosleep(64);
+    }
+    __syncthreads();
+    const int t0 = z * BN / S, E = ((z + 1) * BN / S - t0) * (P6_BM / 4); /* float4s to sum */
+    const float *src0 = slab + (size_t)t0 * P6_BM;
+    for (int e0 = tid; e0 < E; e0 += 4 * P6_THREADS) {
+        float4 sum[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+        for (int q = 0; q < S; q++) { /* 4 (8 unrolled) loads in flight a thread */
+            const float4 *src = (const float4 *)(src0 + (size_t)q * (BN * P6_BM));
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (e0 + j * P6_THREADS < E) {
+                    const float4 v = __ldcg(src + e0 + j * P6_THREADS);
+                    sum[j].x += v.x, sum[j].y += v.y, sum[j].z += v.z, sum[j].w += v.w;
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int e = e0 + j * P6_THREADS;
+            const int n = tok0 + t0 + e / (P6_BM / 4), m = m0 + (e % (P6_BM / 4)) * 4;
+            if (e < E && n < N && m < M) store_bf16x4(d, n, m, M, sum[j], alpha, (M & 3) == 0);
+        }
+    }
+    __syncthreads();
+    if (tid == 0 && atomicAdd(depart, 1u) == (unsigned)(S - 1)) {
+        *arrive = 0u;
+        *depart = 0u;
+    }
+}
+#endif
+
 /* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw the prepass's fp16 tiles;
  * KS = ceil(K / 64). Grid: x = m tiles of 128, y = n tiles of BN, z = K splits
  * (TR only).
@@ -257,7 +319,7 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
  * fp32 tile into wsf [roundup(N, 256)][roundup(M, 128)] (red.global.add.v4)
  * and the last of the S CTAs of the tile (counter cnt[tile]) writes d and
  * re-zeroes its part of wsf and the counter (splitk_last_block). */
-template <int BN, int MINB, int ST, bool BULK, bool TR>
+template <int BN, int MINB, int ST, bool BULK, bool TR, bool SLICES = false>
 __global__ void __launch_bounds__(P6_THREADS, MINB)
     fp4_sm90_prefill8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                              const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
@@ -359,14 +421,16 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
         const float4 v = *(const float4 *)(T + tok * P6_TR_LD + c4);
         if (S == 1) {
             if (m < M) store_bf16x4(d, n, m, M, v, alpha_eff, (M & 3) == 0);
-        } else {
+        } else if (!SLICES) {
             red_add4(wsf + (size_t)n * Mp + m, v);
         }
     }
+    if (SLICES && S > 1)
+        p11_slices_reduce<BN>(T, wsf, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
 #ifdef P6_DEV_STAMPS
     if (tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 3] = p6_gtime();
 #endif
-    if (S > 1)
+    if (S > 1 && !SLICES)
         splitk_last_block(wsf, cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x, d, S, tok0, m0, BN,
                           P6_BM, N, M, Mp, alpha_eff, &p6_last);
 #ifdef P6_DEV_STAMPS
@@ -693,6 +757,19 @@ fp4_status fp4_sm90_mid9_init(fp4_err *err)
     return FP4_OK;
 }
 
+/* The token prepass of v9 / v11: the rows the bn-token tiles read, as fp16
+ * tiles in 128-row blocks at the start of the workspace. */
+static fp4_status p9_launch_tok(const fp4_sm90_gemm_args *a, int bn, int KS, uint8_t *ws,
+                                cudaStream_t stream, fp4_err *err)
+{
+    const int64_t rows_out = p9_rup(a->m, bn);
+    const int64_t nchunks = (p9_rup(rows_out, 128) / 128) * KS * 1024;
+    fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
+        a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
+    FP4_CUDA_LAUNCH_TRY(err);
+    return FP4_OK;
+}
+
 fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
     if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
@@ -724,13 +801,7 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
     float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
     unsigned *cnt = (unsigned *)((uint8_t *)wsf + P9_ALIGN(p9_sum_bytes(a->m, a->n)));
     const int KS = (int)p6_ks(a->k);
-    {   /* tokens: the rows the tiles read, fp16 tiles in 128-row blocks */
-        const int64_t rows_out = p9_rup(a->m, bn);
-        const int64_t nchunks = (p9_rup(rows_out, 128) / 128) * KS * 1024;
-        fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
-            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
-        FP4_CUDA_LAUNCH_TRY(err);
-    }
+    if ((st = p9_launch_tok(a, bn, KS, ws, stream, err)) != FP4_OK) return st;
     /* both operands carry 2^-7 from the dequantization */
     const float alpha_eff = a->alpha * 16384.0f;
     const dim3 grid((unsigned)((a->n + P6_BM - 1) / P6_BM), (unsigned)((a->m + bn - 1) / bn),
@@ -741,6 +812,125 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
                     (void *)&Mw,  (void *)&Nt,  (void *)&K,         (void *)&KS,
                     (void *)&alpha_eff, (void *)&wsf, (void *)&cnt};
     FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, grid, dim3(P6_THREADS), args, (size_t)smem, stream));
+    return FP4_OK;
+}
+
+/* ==== v11-mid: v9 with a split-K epilogue of plain stores =============================
+ *
+ * Why: v9's per-CTA timestamps (bench/results/2026-12-02-h200-s6-dev-call1,
+ * 256x2048x6144, 8 splits): main loops end at 9.6 us, the red.global.add of
+ * the partial tiles at 14.4 us (median), and the last CTA of each tile ends
+ * at up to 28.3 us: its read-back loop (load, zero, store D per float4)
+ * waits one L2 round trip per iteration, 32 in a row. v11 keeps v9's
+ * packing, prepass, tiles and main loop; the S CTAs of a tile are launched
+ * cooperatively (co-resident), store their partial tiles into their own
+ * slices (no atomics), meet at a per-tile arrival barrier and each reduce
+ * 1/S of the tile (all S partial loads of an element in flight together)
+ * and write those rows of D (p11_slices_reduce). Summation in split order:
+ * deterministic, unlike v9's atomics.
+ * Prediction (256x2048x6144): prepass and launch gap ~5 us (unchanged) +
+ * main loop 9.6 + slices 128 KB a CTA out and in ~1.5 + barrier: ~17 us
+ * (v9 33.7).
+ * Workspace: v9's token tiles, the slabs [tile][S][BN][128] fp32 for the
+ * largest S the co-residency bound allows (S x tiles <= P11_MAX_CTAS), two
+ * counters a tile (zeroed once; every launch leaves them zero). */
+#define P11_MAX_CTAS 256 /* co-resident CTAs the workspace is sized for (>= SMs of any sm_90) */
+
+static int p11_splits(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn)
+{
+    int s = 1;
+    fp4_sm90_mid9_cfg(m, n, k, num_sms, forced, bn, &s);
+    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
+    int64_t cap = (num_sms < P11_MAX_CTAS ? num_sms : P11_MAX_CTAS) / tiles; /* co-resident */
+    if (cap < 1) cap = 1;
+    return s > cap ? (int)cap : s;
+}
+
+static size_t p11_slab_bytes(int64_t m, int64_t n, int64_t k, int *bn, int64_t *tiles)
+{
+    /* the largest count any call can use: forced beyond the k-steps, SMs <= P11_MAX_CTAS */
+    const int smax = p11_splits(m, n, k, P11_MAX_CTAS, INT32_MAX, bn);
+    *tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
+    return smax > 1 ? (size_t)*tiles * (size_t)smax * (size_t)*bn * P6_BM * 4 : 0;
+}
+
+size_t fp4_sm90_mid11_ws_size(int64_t m, int64_t n, int64_t k)
+{
+    int bn = 0;
+    int64_t tiles = 0;
+    const size_t slabs = p11_slab_bytes(m, n, k, &bn, &tiles);
+    return P9_ALIGN(p9_tok_bytes(m, k)) + P9_ALIGN(slabs) + P9_ALIGN((size_t)tiles * 8);
+}
+
+void fp4_sm90_mid11_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
+                        int *splits)
+{
+    *splits = p11_splits(m, n, k, num_sms, forced, bn);
+}
+
+fp4_status fp4_sm90_mid11_init(fp4_err *err)
+{
+#define P11_SET_SMEM(BN_, MINB_, ST_, BULK_)                                                   \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true, true>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                           p6_cfg<BN_, ST_>::SMEM));
+    P9_FOR_EACH_CFG(P11_SET_SMEM)
+#undef P11_SET_SMEM
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v11-mid: shape %lldx%lldx%lld not supported",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
+    const size_t ws_need = fp4_sm90_mid11_ws_size(a->m, a->n, a->k);
+    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "fp4-sm90 v11-mid: needs a 16-byte aligned, once-zeroed workspace of %zu "
+                        "bytes (got %zu at %p)",
+                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    int bn = 0, slab_bn = 0;
+    const int splits = p11_splits(a->m, a->n, a->k, a->num_sms, a->splits, &bn);
+    int64_t tiles = 0;
+    const size_t slabs = p11_slab_bytes(a->m, a->n, a->k, &slab_bn, &tiles);
+    const void *kernel = NULL;
+    int smem = 0;
+#define P11_PICK(BN_, MINB_, ST_, BULK_)                                                       \
+    if (!kernel && bn == BN_) {                                                                \
+        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true, true>;   \
+        smem = p6_cfg<BN_, ST_>::SMEM;                                                         \
+    }
+    P9_FOR_EACH_CFG(P11_PICK)
+#undef P11_PICK
+    if (!kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v11-mid: no kernel for %d-token tiles", bn);
+    fp4_status st = p6_runs_here(kernel, "v11-mid", err);
+    if (st != FP4_OK) return st;
+
+    uint8_t *ws = (uint8_t *)a->workspace;
+    float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
+    unsigned *cnt = (unsigned *)((uint8_t *)wsf + P9_ALIGN(slabs));
+    const int KS = (int)p6_ks(a->k);
+    if ((st = p9_launch_tok(a, bn, KS, ws, stream, err)) != FP4_OK) return st;
+    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((a->n + P6_BM - 1) / P6_BM), (unsigned)((a->m + bn - 1) / bn),
+                       (unsigned)splits);
+    cfg.blockDim = dim3(P6_THREADS);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative; /* the tile barrier needs the S CTAs co-resident */
+    attr[0].val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = splits > 1 ? 1 : 0;
+    const uint8_t *wq = a->b_codes, *wsc = a->b_sf, *tok = ws;
+    const int Mw = (int)a->n, Nt = (int)a->m, K = (int)a->k;
+    void *args[] = {(void *)&wq,  (void *)&wsc, (void *)&tok,       (void *)&a->d,
+                    (void *)&Mw,  (void *)&Nt,  (void *)&K,         (void *)&KS,
+                    (void *)&alpha_eff, (void *)&wsf, (void *)&cnt};
+    FP4_CUDA_TRY(err, cudaLaunchKernelExC(&cfg, kernel, args));
     return FP4_OK;
 }
 
