@@ -18,7 +18,7 @@ int fp4_sm90_dev_stamps_clear(void);
 int fp4_sm90_dev_stamps(unsigned long long *out, int max_ctas);
 
 #define MAX_CTAS 8192
-#define NST 5 /* SM, start, main loop done, partial tile sent, end */
+#define NST 6 /* SM, start, main loop done, partial tile sent, end, v11: barrier passed */
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -101,7 +101,8 @@ int main(int argc, char **argv)
         printf("fp4stamps: no stamps (not v9-mid, or not a FP4_DEV_STAMPS build)\n");
         return 1;
     }
-    static double dur[MAX_CTAS], start[MAX_CTAS], sent[MAX_CTAS], fin[MAX_CTAS];
+    static double dur[MAX_CTAS], start[MAX_CTAS], sent[MAX_CTAS], fin[MAX_CTAS], pass[MAX_CTAS];
+    int npass = 0;
     static double sm_busy[1024];
     int nsm = 0, i = 0;
     double busy = 0.0;
@@ -111,6 +112,7 @@ int main(int argc, char **argv)
         const double s = (double)(st[NST * c + 1] - t0) / 1e3, e = (double)(st[NST * c + 2] - t0) / 1e3;
         const double snt = (double)(st[NST * c + 3] - t0) / 1e3, f = (double)(st[NST * c + 4] - t0) / 1e3;
         printf("%d %llu %.2f %.2f %.2f %.2f\n", c, st[NST * c], s, e, snt, f);
+        if (st[NST * c + 5]) pass[npass++] = (double)(st[NST * c + 5] - t0) / 1e3;
         sent[i] = snt;
         fin[i] = f;
         start[i] = s;
@@ -134,6 +136,11 @@ int main(int argc, char **argv)
            "main loops %.0f%% of the kernel's %.2f us\n",
            sent[ctas - 1], sent[ctas / 2], fin[ctas - 1], fin[ctas / 2],
            100.0 * span / ((double)(t_end - t0) / 1e3), (double)(t_end - t0) / 1e3);
+    if (npass) { /* v11: when each CTA passed its tile's barrier */
+        qsort(pass, (size_t)npass, sizeof pass[0], cmp_double);
+        printf("summary: tile barriers passed from %.2f us (median %.2f, last %.2f)\n", pass[0],
+               pass[npass / 2], pass[npass - 1]);
+    }
     cudaFree(flush);
     ops->release(plan);
     ops->close(inst);

@@ -234,7 +234,7 @@ static __device__ __forceinline__ void p6_step(
  * of the last v9 main-kernel launch, its SM and the %globaltimer (ns) at its
  * start, after its main loop, after its partial tile left (D or red.global) and
  * at its end. Global mutable state, so never in a normal build. */
-#define P6_DEV_STAMPS_N 5 /* SM, start, main loop done, partial tile sent, end */
+#define P6_DEV_STAMPS_N 6 /* SM, start, main loop done, partial tile sent, end, v11: barrier passed */
 __device__ unsigned long long p6_dev_stamps[P6_DEV_MAX_CTAS * P6_DEV_STAMPS_N];
 #ifdef FP4_SM90_HAVE_WGMMA
 static __device__ __forceinline__ unsigned long long p6_gtime(void)
@@ -244,6 +244,15 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
     return t;
 }
 #endif
+/* thread 0 of the CTA records the time into slot i of its stamps */
+#define P6_STAMP(i)                                                                            \
+    do {                                                                                       \
+        const unsigned c_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);     \
+        if (threadIdx.x == 0 && c_ < P6_DEV_MAX_CTAS)                                          \
+            p6_dev_stamps[P6_DEV_STAMPS_N * c_ + (i)] = p6_gtime();                            \
+    } while (0)
+#else
+#define P6_STAMP(i) ((void)0)
 #endif
 
 #ifdef FP4_SM90_HAVE_WGMMA
@@ -272,11 +281,13 @@ static __device__ __forceinline__ void p11_slices_reduce(const float *T, float *
     unsigned *arrive = cnt + 2 * tile, *depart = arrive + 1;
     __threadfence(); /* my slice, before my arrival */
     __syncthreads();
+    P6_STAMP(3);
     if (tid == 0) {
         atomicAdd(arrive, 1u);
         while (ld_acquire_gpu(arrive) < (unsigned)S) __nanosleep(64);
     }
     __syncthreads();
+    P6_STAMP(5);
     const int t0 = z * BN / S, E = ((z + 1) * BN / S - t0) * (P6_BM / 4); /* float4s to sum */
     const float *src0 = slab + (size_t)t0 * P6_BM;
     for (int e0 = tid; e0 < E; e0 += 4 * P6_THREADS) {
@@ -363,6 +374,10 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
         }
         __syncthreads();
     }
+    /* v11 may start before the token prepass ends (programmatic dependent
+     * launch): everything above overlapped its tail; the tokens are read
+     * below. Without that launch attribute this returns at once. */
+    if (SLICES) asm volatile("griddepcontrol.wait;" ::: "memory");
 
     /* prologue: stages 0 .. ST - 3 */
 #pragma unroll 1
@@ -391,9 +406,7 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
     wg_cp_wait<0>();
-#ifdef P6_DEV_STAMPS
-    if (TR && tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 2] = p6_gtime();
-#endif
+    if (TR) P6_STAMP(2);
     if (!TR) {
         wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
         return;
@@ -427,15 +440,12 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     }
     if (SLICES && S > 1)
         p11_slices_reduce<BN>(T, wsf, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
-#ifdef P6_DEV_STAMPS
-    if (tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 3] = p6_gtime();
-#endif
+    else
+        P6_STAMP(3);
     if (S > 1 && !SLICES)
         splitk_last_block(wsf, cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x, d, S, tok0, m0, BN,
                           P6_BM, N, M, Mp, alpha_eff, &p6_last);
-#ifdef P6_DEV_STAMPS
-    if (tid == 0 && p6_cta < P6_DEV_MAX_CTAS) p6_dev_stamps[P6_DEV_STAMPS_N * p6_cta + 4] = p6_gtime();
-#endif
+    P6_STAMP(4);
 #else
     (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
     (void)wsf, (void)cnt;
@@ -641,6 +651,11 @@ __global__ void __launch_bounds__(256)
                              uint4 *__restrict__ ws, int M, int rows_out, int K, int KS,
                              int64_t nchunks)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* v11's main kernel may be scheduled now (it waits for this grid's end
+     * before reading the tiles): hides the launch gap between the two */
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     const int64_t q = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (q >= nchunks) return;
     const int64_t blk = q >> 10;
@@ -840,6 +855,16 @@ static int p11_splits(int64_t m, int64_t n, int64_t k, int num_sms, int forced, 
 {
     int s = 1;
     fp4_sm90_mid9_cfg(m, n, k, num_sms, forced, bn, &s);
+    const char *env = getenv("FP4_SM90_V11_BN"); /* development: 64, 128 or 256 tokens a tile */
+    const int bn_forced = env ? atoi(env) : 0;
+    if (bn_forced == 64 || bn_forced == 128 || bn_forced == 256) {
+        *bn = bn_forced;
+        const int64_t t = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn), ks = p6_ks(k);
+        int64_t sf = forced > 0 ? (forced < ks ? forced : ks) : num_sms / t;
+        if (forced <= 0 && sf > ks / 4) sf = ks / 4;
+        if (forced <= 0 && sf > P9_MAX_SPLITS) sf = P9_MAX_SPLITS;
+        s = sf < 1 ? 1 : (int)sf;
+    }
     const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
     int64_t cap = (num_sms < P11_MAX_CTAS ? num_sms : P11_MAX_CTAS) / tiles; /* co-resident */
     if (cap < 1) cap = 1;
@@ -920,11 +945,19 @@ fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t strea
     cfg.blockDim = dim3(P6_THREADS);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeCooperative; /* the tile barrier needs the S CTAs co-resident */
-    attr[0].val.cooperative = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned nattr = 0;
+    if (splits > 1) { /* the tile barrier needs the S CTAs co-resident */
+        attr[nattr].id = cudaLaunchAttributeCooperative;
+        attr[nattr++].val.cooperative = 1;
+    }
+    const char *pdl_env = getenv("FP4_SM90_V11_PDL"); /* development: 0 turns it off */
+    if (!pdl_env || atoi(pdl_env) != 0) { /* overlap the prepass's tail (griddepcontrol) */
+        attr[nattr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[nattr++].val.programmaticStreamSerializationAllowed = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = splits > 1 ? 1 : 0;
+    cfg.numAttrs = nattr;
     const uint8_t *wq = a->b_codes, *wsc = a->b_sf, *tok = ws;
     const int Mw = (int)a->n, Nt = (int)a->m, K = (int)a->k;
     void *args[] = {(void *)&wq,  (void *)&wsc, (void *)&tok,       (void *)&a->d,
