@@ -61,10 +61,10 @@ static void test_checks(void)
           (size_t)256 * 6144 * 2 + (size_t)256 * 2048 * 4 + 256);
     /* v11: the same token tiles, then the slices for the most splits any call
      * can use (forced beyond the k-steps, up to 256 co-resident CTAs): 200
-     * tokens are one 256-wide tile a 128-row block, 16 tiles, 16 splits
-     * (256 / 16), 128 KB a slice; two counters a tile */
+     * tokens are two 128-token tiles a 128-row block, 32 tiles, 8 splits
+     * (256 / 32), 64 KB a slice; two counters a tile */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 200, 2048, 6144) ==
-          (size_t)256 * 6144 * 2 + (size_t)16 * 16 * 256 * 128 * 4 + 256);
+          (size_t)256 * 6144 * 2 + (size_t)32 * 8 * 128 * 128 * 4 + 256);
     /* more tiles than 256 CTAs: one split, no slices */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 1024, 28672, 4096) ==
           (size_t)1024 * 4096 * 2 + 256 * ((224 * 4 * 8 + 255) / 256));
@@ -194,11 +194,16 @@ int main(void)
     {
         int s9 = 0, s11 = 0;
         fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &s9);
+        CHECK(bn == 256 && s9 == 8); /* 16 tiles x 8 = 128 CTAs */
         fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 0, &bn, &s11);
-        CHECK(bn == 256 && s9 == 8 && s11 == 8); /* 16 tiles x 8 = 128 CTAs */
+        CHECK(bn == 128 && s11 == 4); /* 128-token tiles up to 256 tokens: 32 tiles x 4 */
         fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 45, &bn, &s9);
         fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 45, &bn, &s11);
-        CHECK(s9 == 45 && s11 == 8); /* 132 / 16 */
+        CHECK(s9 == 45 && s11 == 4); /* 132 / 32 */
+        fp4_sm90_mid11_cfg(64, 2048, 6144, sms, 0, &bn, &s11);
+        CHECK(bn == 64 && s11 == 8);
+        fp4_sm90_mid11_cfg(512, 2048, 6144, sms, 0, &bn, &s11);
+        CHECK(bn == 256 && s11 == 4);
         fp4_sm90_mid11_cfg(1024, 28672, 4096, sms, 3, &bn, &s11);
         CHECK(s11 == 1); /* 896 tiles: more than the SMs */
         fp4_sm90_mid11_cfg(100, 200, 6144, sms, 0, &bn, &s11);

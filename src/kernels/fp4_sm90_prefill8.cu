@@ -257,58 +257,69 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
 
 #ifdef FP4_SM90_HAVE_WGMMA
 /* v11-mid's split-K epilogue (TR, S > 1; the S CTAs of a tile co-resident:
- * cooperative launch). T: this CTA's fp32 tile [BN tokens][P6_TR_LD] in
- * shared memory. 1. T leaves with plain coalesced stores into this split's
- * slice of the tile's slab (wsf: [tile][S][BN][128] floats; no atomics);
- * 2. per-tile arrival barrier (cnt[2 tile]); 3. CTA z sums the S slices of
- * tokens [z BN / S, (z + 1) BN / S) in split order (deterministic) and writes
- * those D rows; 4. the last CTA to leave re-zeroes both counters (every CTA
- * has passed the barrier by then), so the next launch finds them zero. */
+ * cooperative launch), straight from the accumulators (no shared-memory
+ * transposition): acc[4 i + e] of thread tid is token 8 i + 2 t + (e & 1),
+ * weight row 16 warp + g + 8 (e >> 1) of the tile. 1. Each thread stores its
+ * acc[4 i .. 4 i + 3] as one float4 at [i][tid] of this split's slice of the
+ * tile's slab (wsf: [tile][S][BN / 8][256] float4s; warp-contiguous, no
+ * atomics); 2. per-tile arrival barrier (cnt[2 tile]; one thread's fence and
+ * atomic after the CTA barrier, as a grid sync does); 3. CTA z sums the S
+ * slices of fragments i in [z (BN / 8) / S, (z + 1) (BN / 8) / S) in split
+ * order (deterministic) and writes those D entries; 4. the last CTA to leave
+ * re-zeroes both counters (every CTA has passed the barrier by then), so the
+ * next launch finds them zero. */
 template <int BN>
-static __device__ __forceinline__ void p11_slices_reduce(const float *T, float *__restrict__ wsf,
+static __device__ __forceinline__ void p11_slices_reduce(const float *acc, float *__restrict__ wsf,
                                                          unsigned *__restrict__ cnt,
                                                          __nv_bfloat16 *__restrict__ d, int S,
                                                          int tok0, int m0, int N, int M,
                                                          float alpha, int tid)
 {
+    constexpr int NI = BN / 8; /* float4 fragments a thread */
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, z = blockIdx.z;
-    float *slab = wsf + (size_t)tile * (size_t)S * (BN * P6_BM);
-    float *mine = slab + (size_t)z * (BN * P6_BM);
-    for (int e = tid; e < BN * (P6_BM / 4); e += P6_THREADS) {
-        const int tok = e / (P6_BM / 4), c4 = (e % (P6_BM / 4)) * 4;
-        __stcg((float4 *)(mine + tok * P6_BM + c4), *(const float4 *)(T + tok * P6_TR_LD + c4));
-    }
+    float4 *slab = (float4 *)wsf + (size_t)tile * (size_t)S * (NI * P6_THREADS);
+    float4 *mine = slab + (size_t)z * (NI * P6_THREADS);
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+        __stcg(mine + i * P6_THREADS + tid,
+               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
     unsigned *arrive = cnt + 2 * tile, *depart = arrive + 1;
-    __threadfence(); /* my slice, before my arrival */
-    __syncthreads();
+    __syncthreads(); /* the CTA's stores, then one gpu-scope fence (cumulative) and arrival */
     P6_STAMP(3);
     if (tid == 0) {
+        __threadfence();
         atomicAdd(arrive, 1u);
         while (ld_acquire_gpu(arrive) < (unsigned)S) __nanosleep(64);
     }
     __syncthreads();
     P6_STAMP(5);
-    const int t0 = z * BN / S, E = ((z + 1) * BN / S - t0) * (P6_BM / 4); /* float4s to sum */
-    const float *src0 = slab + (size_t)t0 * P6_BM;
-    for (int e0 = tid; e0 < E; e0 += 4 * P6_THREADS) {
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int m = m0 + (tid >> 5) * 16 + g; /* weight row of e = 0, 1 (e = 2, 3: m + 8) */
+    const int i0 = z * NI / S, i1 = (z + 1) * NI / S;
+    for (int ib = i0; ib < i1; ib += 4) {
         float4 sum[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 2
         for (int q = 0; q < S; q++) { /* 4 (8 unrolled) loads in flight a thread */
-            const float4 *src = (const float4 *)(src0 + (size_t)q * (BN * P6_BM));
+            const float4 *src = slab + (size_t)q * (NI * P6_THREADS) + tid;
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (e0 + j * P6_THREADS < E) {
-                    const float4 v = __ldcg(src + e0 + j * P6_THREADS);
+                if (ib + j < i1) {
+                    const float4 v = __ldcg(src + (ib + j) * P6_THREADS);
                     sum[j].x += v.x, sum[j].y += v.y, sum[j].z += v.z, sum[j].w += v.w;
                 }
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int e = e0 + j * P6_THREADS;
-            const int n = tok0 + t0 + e / (P6_BM / 4), m = m0 + (e % (P6_BM / 4)) * 4;
-            if (e < E && n < N && m < M) store_bf16x4(d, n, m, M, sum[j], alpha, (M & 3) == 0);
+            const int n = tok0 + 8 * (ib + j) + 2 * t; /* token of e = 0, 2 (e = 1, 3: n + 1) */
+            if (ib + j >= i1) continue;
+            const float v[4] = {sum[j].x, sum[j].y, sum[j].z, sum[j].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ne = n + (e & 1), me = m + 8 * (e >> 1);
+                if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(v[e] * alpha);
+            }
         }
     }
     __syncthreads();
@@ -407,6 +418,12 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
     wg_reg_fence<BN / 2>(acc);
     wg_cp_wait<0>();
     if (TR) P6_STAMP(2);
+    if (SLICES && gridDim.z > 1) {
+        p11_slices_reduce<BN>(acc, wsf, cnt, d, (int)gridDim.z, blockIdx.y * BN, m0, N, M, alpha_eff,
+                              tid);
+        P6_STAMP(4);
+        return;
+    }
     if (!TR) {
         wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
         return;
@@ -434,15 +451,12 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
         const float4 v = *(const float4 *)(T + tok * P6_TR_LD + c4);
         if (S == 1) {
             if (m < M) store_bf16x4(d, n, m, M, v, alpha_eff, (M & 3) == 0);
-        } else if (!SLICES) {
+        } else {
             red_add4(wsf + (size_t)n * Mp + m, v);
         }
     }
-    if (SLICES && S > 1)
-        p11_slices_reduce<BN>(T, wsf, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
-    else
-        P6_STAMP(3);
-    if (S > 1 && !SLICES)
+    P6_STAMP(3);
+    if (S > 1)
         splitk_last_block(wsf, cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x, d, S, tok0, m0, BN,
                           P6_BM, N, M, Mp, alpha_eff, &p6_last);
     P6_STAMP(4);
@@ -846,29 +860,38 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
  * Prediction (256x2048x6144): prepass and launch gap ~5 us (unchanged) +
  * main loop 9.6 + slices 128 KB a CTA out and in ~1.5 + barrier: ~17 us
  * (v9 33.7).
- * Workspace: v9's token tiles, the slabs [tile][S][BN][128] fp32 for the
+ * Workspace: v9's token tiles, the slabs [tile][S][BN / 8][256] float4 for the
  * largest S the co-residency bound allows (S x tiles <= P11_MAX_CTAS), two
  * counters a tile (zeroed once; every launch leaves them zero). */
 #define P11_MAX_CTAS 256 /* co-resident CTAs the workspace is sized for (>= SMs of any sm_90) */
 
+/* Token tiles of 64 (M <= 64), 128 (M <= 256: at 256 tokens two 128-token
+ * tiles with half the splits beat one 256-token tile, 20.9 against 22.0 us at
+ * 256x2048x6144 and 15.4 against 17.9 at 256x768x6144, -s6-dev-call3) or 256;
+ * FP4_SM90_V11_BN=64|128|256 forces it (development). Splits: v9's rule (fill
+ * the SMs once, >= 4 k-steps a split, <= 16; forced > 0: that many, at most
+ * the k-steps), then clamped so that the CTAs co-reside (tiles x S <= SMs). */
 static int p11_splits(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn)
 {
-    int s = 1;
-    fp4_sm90_mid9_cfg(m, n, k, num_sms, forced, bn, &s);
-    const char *env = getenv("FP4_SM90_V11_BN"); /* development: 64, 128 or 256 tokens a tile */
+    const char *env = getenv("FP4_SM90_V11_BN");
     const int bn_forced = env ? atoi(env) : 0;
-    if (bn_forced == 64 || bn_forced == 128 || bn_forced == 256) {
-        *bn = bn_forced;
-        const int64_t t = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn), ks = p6_ks(k);
-        int64_t sf = forced > 0 ? (forced < ks ? forced : ks) : num_sms / t;
-        if (forced <= 0 && sf > ks / 4) sf = ks / 4;
-        if (forced <= 0 && sf > P9_MAX_SPLITS) sf = P9_MAX_SPLITS;
-        s = sf < 1 ? 1 : (int)sf;
+    *bn = bn_forced == 64 || bn_forced == 128 || bn_forced == 256 ? bn_forced
+          : m <= 64                                               ? 64
+          : m <= 256                                              ? 128
+                                                                  : 256;
+    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn), ks = p6_ks(k);
+    int64_t s;
+    if (forced > 0) {
+        s = forced < ks ? forced : ks;
+    } else {
+        s = num_sms > 0 ? num_sms / tiles : 1;
+        if (s > ks / 4) s = ks / 4;
+        if (s > P9_MAX_SPLITS) s = P9_MAX_SPLITS;
     }
-    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
     int64_t cap = (num_sms < P11_MAX_CTAS ? num_sms : P11_MAX_CTAS) / tiles; /* co-resident */
     if (cap < 1) cap = 1;
-    return s > cap ? (int)cap : s;
+    if (s > cap) s = cap;
+    return s < 1 ? 1 : (int)s;
 }
 
 static size_t p11_slab_bytes(int64_t m, int64_t n, int64_t k, int *bn, int64_t *tiles)
