@@ -125,23 +125,30 @@ int main(void)
     test_mid9_pack();
     unsetenv("FP4_SM90_KERNEL");
     const int sms = 132;
-    /* decode (v4) up to M = 96 at every N of the presets */
+    /* decode (v4) up to M = 32, and up to M = 96 at N <= 1024 (session 6,
+     * -s6-dev-call4: 11.92 us against v11's 12.05 at 32x2048x6144, 10.90
+     * against 11.17 at 64x768x6144) */
     CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
     CHECK(fp4_sm90_choose(16, 28672, 4096, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(32, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
+    CHECK(fp4_sm90_choose(64, 768, 6144, sms) == FP4_SM90_V4_DECODE);
     CHECK(fp4_sm90_choose(96, 768, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(96, 8192, 8192, sms) == FP4_SM90_V4_DECODE);
-    /* v9-mid above M = 96 up to the prefill switch (21.7 us against v4's 23.5
-     * at 128x2048x6144, 51.2 against v8's 53.8 at 512x2048x6144, 48.3 against
-     * v4's 67.0 at 1024x768x6144) */
-    CHECK(fp4_sm90_choose(97, 2048, 6144, sms) == FP4_SM90_V9_MID);
-    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V9_MID);
-    CHECK(fp4_sm90_choose(1023, 8192, 8192, sms) == FP4_SM90_V9_MID);
-    CHECK(fp4_sm90_choose(1024, 768, 6144, sms) == FP4_SM90_V9_MID);
-    /* prefill (v8) from M = 1024 once M x N > 1024 x 768 (57 us against v9's 84
-     * at 1024x2048x6144) */
-    CHECK(fp4_sm90_choose(1025, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(1024, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
+    /* v11-mid above (12.20 against v4's 16.05 at 64x2048x6144, 14.67 / 23.49
+     * at 128x2048, 12.54 / 14.76 at 128x768) up to the prefill switch (52.32
+     * against v8's 55.90 at 1024x2048x6144, 32.69 / 48.69 at 1024x768) */
+    CHECK(fp4_sm90_choose(33, 2048, 6144, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(64, 2048, 6144, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(96, 8192, 8192, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(97, 768, 6144, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(1024, 2048, 6144, sms) == FP4_SM90_V11_MID);
+    CHECK(fp4_sm90_choose(2047, 768, 6144, sms) == FP4_SM90_V11_MID);
+    /* prefill (v8) from M = 2048 once M x N > 1024 x 768 (85.86 against v11's
+     * 91.07 at 2048x2048x6144, 49.91 / 59.09 at 2048x768) */
+    CHECK(fp4_sm90_choose(2048, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(2048, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
     CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(3000, 200, 6144, sms) == FP4_SM90_V11_MID); /* M x N small */
     /* v9's tiles and splits: one wave of CTAs, at least 4 k-steps a split */
     int bn = 0, splits = 0;
     fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &splits);

@@ -128,18 +128,21 @@ extern "C" int fp4_sm90_forced(void)
 
 /* The rule, in order:
  * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. prefill (v8, else v5, else v2) when m >= 1024 and m * n > 1024 * 768:
- *    enough 128 x 256 output tiles to fill the GPU without split K;
- * 3. v9-mid when m > 96: the weights dequantized once per 64-256 tokens on
- *    wgmma, K split until the GPU is full (v4 re-dequantizes them every 32
- *    tokens on mma.sync);
+ * 2. prefill (v8, else v5, else v2) when m >= 2048 and m * n > 1024 * 768:
+ *    enough 128 x 256 output tiles without split K, and v11's token prepass
+ *    (2 bytes a token element) costs as much as v8's weight prepass;
+ * 3. v11-mid when m > 96, or m > 32 and n > 1024: the weights dequantized
+ *    once per 64-256 tokens on wgmma, K split until the GPU is full, the
+ *    partial tiles reduced by the tile's CTAs together;
  * 4. otherwise decode (v4, else v3, else v1): the weight stream plus the
  *    dequantization; split K fills the GPU at any N.
- * Measured on the H200 in one call (bench/results/2026-12-02-h200-s4-dev,
- * v9 forced against the rule of the time, us): 128x2048x6144 21.7 (v4 23.5),
- * 256x2048 34.5 (v4 45.4), 512x2048 51.2 (v8 53.8), 1024x2048 83.8 (v8
- * 56.9), 64x2048 16.1 (v4 16.9), 16x2048 19.9 (v4 8.4), 1024x768x6144 48.3
- * (v4 67.0), 256x768 27.5 (v4 27.2), 64x768 12.6 (v4 11.0). */
+ * Measured on the H200 in one call (bench/results/2026-12-02-h200-s6-dev-call4:
+ * v11 forced on the M sweep, v4 and v8 forced around the switches, us):
+ * 32x2048x6144 v4 11.92 / v11 12.05, 64x2048 16.05 / 12.20, 128x2048 23.49
+ * / 14.67, 64x768 10.90 / 11.17, 128x768 14.76 / 12.54; 1024x2048 v8 55.90 /
+ * v11 52.32, 2048x2048 85.86 / 91.07, 1024x768 48.69 / 32.69, 2048x768 49.91
+ * / 59.09. v9-mid (v11's main loop with atomics and a last-CTA read-back) is
+ * no longer chosen: v11 is 1.3-1.6x faster wherever v9 was. */
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
     const int f = fp4_sm90_forced();
@@ -151,8 +154,9 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
                         : fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
                             ? FP4_SM90_V5_PREFILL
                             : FP4_SM90_V2_PREFILL;
-    if (m >= 1024 && m * n > (int64_t)1024 * 768) return prefill;
-    if (m > 96 && fp4_sm90_variant_fits(FP4_SM90_V9_MID, m, n, k, num_sms)) return FP4_SM90_V9_MID;
+    if (m >= 2048 && m * n > (int64_t)1024 * 768) return prefill;
+    if ((m > 96 || (m > 32 && n > 1024)) && fp4_sm90_variant_fits(FP4_SM90_V11_MID, m, n, k, num_sms))
+        return FP4_SM90_V11_MID;
     /* v4-decode, faster than v1 and v3 at every decode shape measured
      * (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against 11.2 / 13.4,
      * 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46 against 115 /
