@@ -852,14 +852,16 @@ fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream
  * at up to 28.3 us: its read-back loop (load, zero, store D per float4)
  * waits one L2 round trip per iteration, 32 in a row. v11 keeps v9's
  * packing, prepass, tiles and main loop; the S CTAs of a tile are launched
- * cooperatively (co-resident), store their partial tiles into their own
- * slices (no atomics), meet at a per-tile arrival barrier and each reduce
- * 1/S of the tile (all S partial loads of an element in flight together)
- * and write those rows of D (p11_slices_reduce). Summation in split order:
- * deterministic, unlike v9's atomics.
+ * cooperatively (co-resident), store their partial tiles from the
+ * accumulators into their own slices (no atomics), meet at a per-tile
+ * arrival barrier and each reduce 1/S of the tile and write those entries
+ * of D (p11_slices_reduce). Summation in split order: deterministic, unlike
+ * v9's atomics. The main kernel is a programmatic dependent launch: its
+ * launch and set-up overlap the token prepass (griddepcontrol).
  * Prediction (256x2048x6144): prepass and launch gap ~5 us (unchanged) +
  * main loop 9.6 + slices 128 KB a CTA out and in ~1.5 + barrier: ~17 us
- * (v9 33.7).
+ * (v9 33.7). Measured (docs/PERF.md): 20.65 us in the recorded call of
+ * commit 816c48f (128-token tiles, 4 splits), v9 34.00 in the same rounds.
  * Workspace: v9's token tiles, the slabs [tile][S][BN / 8][256] float4 for the
  * largest S the co-residency bound allows (S x tiles <= P11_MAX_CTAS), two
  * counters a tile (zeroed once; every launch leaves them zero). */
