@@ -2,7 +2,8 @@
  * (fp4_sm90_choose) at the points it was measured on (docs/PERF.md, "The
  * heuristic"), FP4_SM90_KERNEL forcing a variant, and the argument checks
  * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode,
- * v8-prefill and v9-mid included. */
+ * v8-prefill, v9-mid and v11-mid included; the k permutation of the token
+ * prepass's word form (fp4_tokperm_word) against its byte-wise definition. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #ifdef FP4_HAVE_CUDA
 #include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_tokperm.h"
 
 /* device pointers are only compared and aligned, never dereferenced */
 static _Alignas(16) uint8_t fake[64];
@@ -119,9 +121,41 @@ static void test_mid9_pack(void)
     fp4_matrix_free(&b);
 }
 
+/* fp4_tokperm_word against the scalar prepass's definition: position
+ * 8c + 2r + h of a step is k = 16r + 8(c & 1) + (c >> 1) + 4h, read as the
+ * nibble k & 1 of byte k >> 1 of the row's 32 code bytes */
+static void test_tokperm(void)
+{
+    uint64_t seed = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        uint8_t bytes[32];
+        for (int i = 0; i < 32; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            bytes[i] = (uint8_t)(seed >> 56);
+        }
+        uint64_t blk[4];
+        for (int r = 0; r < 4; r++) {
+            blk[r] = 0;
+            for (int j = 0; j < 8; j++) blk[r] |= (uint64_t)bytes[8 * r + j] << (8 * j);
+        }
+        for (int c = 0; c < 8; c++) {
+            uint32_t want = 0;
+            for (int r = 0; r < 4; r++)
+                for (int h = 0; h < 2; h++) {
+                    const int k = 16 * r + 8 * (c & 1) + (c >> 1) + 4 * h;
+                    const uint32_t nib = (uint32_t)(bytes[k >> 1] >> (4 * (k & 1))) & 0xFu;
+                    want |= nib << (4 * (r + 4 * h));
+                }
+            CHECK_MSG(fp4_tokperm_word(blk, c) == want, "tokperm trial %d chunk %d: %08x, want %08x",
+                      trial, c, fp4_tokperm_word(blk, c), want);
+        }
+    }
+}
+
 int main(void)
 {
     test_checks();
+    test_tokperm();
     test_mid9_pack();
     unsetenv("FP4_SM90_KERNEL");
     const int sms = 132;

@@ -54,6 +54,7 @@
 #include "fp4/format.h"
 #include "kernels/fp4_sm90.h"
 #include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_tokperm.h"
 #include "kernels/fp4_sm90_wgmma.cuh"
 
 #define P6_BM WG_BM
@@ -701,6 +702,49 @@ __global__ void __launch_bounds__(256)
     ws[q] = wg_b_word(w, sc);
 }
 
+/* The same tiles with fewer instructions (P9_TOK_VEC): the four k-blocks of
+ * the row's step as four 8-byte loads (rows are 8-byte aligned: K % 16 == 0)
+ * and the four scale bytes as one 4-byte load (kb & 3 is the swizzle's
+ * innermost index), then fp4_tokperm_word. The scalar kernel above issues
+ * about 260 instructions a chunk (Nsight Compute, -s6-dev-call5: 4.38 us at
+ * 256x2048x6144, math-pipe throttled). NOT yet run on a GPU: P9_TOK_VEC is 0
+ * until the GPU test passes with it (the CPU test checks fp4_tokperm_word
+ * against the byte-wise definition). */
+#ifndef P9_TOK_VEC
+#define P9_TOK_VEC 0
+#endif
+__global__ void __launch_bounds__(256)
+    fp4_sm90_mid9_tok8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+                              uint4 *__restrict__ ws, int M, int rows_out, int K, int KS,
+                              int64_t nchunks)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    const int64_t q = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (q >= nchunks) return;
+    const int64_t blk = q >> 10;
+    const int nt = (int)(blk / KS), s = (int)(blk % KS);
+    const int rr = (int)(q >> 3) & 127, c = ((int)q & 7) ^ (rr & 7);
+    const int m = nt * 128 + rr;
+    if (m >= rows_out) return;
+    if (m >= M) {
+        ws[q] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+    const int arow = K / 2, KB = K / 16;
+    const uint64_t *row = (const uint64_t *)(aq + (size_t)m * arow + (size_t)s * 32);
+    const int nkb = KB - 4 * s < 4 ? KB - 4 * s : 4; /* k-blocks of this step inside K */
+    uint64_t w8[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) w8[r] = r < nkb ? __ldg(row + r) : 0ull;
+    uint32_t sw = __ldg((const uint32_t *)(asf + swz_off(m, 4 * s, 4 * KS)));
+    if (nkb < 4) sw &= (1u << (8 * nkb)) - 1u; /* the swizzle's padding bytes */
+    uint32_t sc[4];
+    wg_b_scales(sw, sc);
+    ws[q] = wg_b_word(fp4_tokperm_word(w8, c), sc);
+}
+
 static int64_t p9_rup(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 #define P9_MAX_SPLITS 16
 #define P9_ALIGN(x) (((x) + 255) / 256 * 256)
@@ -793,8 +837,12 @@ static fp4_status p9_launch_tok(const fp4_sm90_gemm_args *a, int bn, int KS, uin
 {
     const int64_t rows_out = p9_rup(a->m, bn);
     const int64_t nchunks = (p9_rup(rows_out, 128) / 128) * KS * 1024;
-    fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
-        a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
+    if (P9_TOK_VEC)
+        fp4_sm90_mid9_tok8_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
+            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
+    else
+        fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
+            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
     FP4_CUDA_LAUNCH_TRY(err);
     return FP4_OK;
 }
