@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One device call for v11-mid work: build (sm_90a), the fp4-sm90 GPU test on
-# v9 and v11 (GPU_FP4_SM90_ONLY), the sanitizers on v11 (split and unsplit),
-# v11 and v9 forced beside the baselines on the mid shapes, v11's split sweep
-# and its per-CTA stamps. Output under $OUT.
+# One device call for mid-M work (v11-mid; v9-mid with SAN_VARIANT, VARIANTS,
+# TEST_VARIANTS): build (sm_90a), the fp4-sm90 GPU test on the variants
+# TEST_VARIANTS (GPU_FP4_SM90_ONLY), the sanitizers on SAN_VARIANT (split and
+# unsplit), VARIANTS forced beside cuBLAS on the mid shapes, v11's split sweep
+# (SPLITS) and its per-CTA stamps. Output under $OUT. (Replaces session 4's
+# mid9-dev.sh.)
 set -uo pipefail
 source bench/dev-build.sh
 t0=$(date +%s)
@@ -14,9 +16,9 @@ done
 echo "== tests $(( $(date +%s) - t0 )) s"
 for tool in memcheck racecheck; do
   for sk in 0 3; do
-    FP4_SM90_SPLITK=$sk FP4_SM90_KERNEL=v11-mid timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
+    FP4_SM90_SPLITK=$sk FP4_SM90_KERNEL=${SAN_VARIANT:-v11-mid} timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
       --backend fp4-sm90 --shape 3x200x48,17x768x2880,300x2000x48 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
-    echo "v11-mid splits $sk $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
+    echo "${SAN_VARIANT:-v11-mid} splits $sk $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
   done
 done
 S=${SHAPES:-16x2048x6144,32x2048x6144,64x2048x6144,128x2048x6144,256x2048x6144,512x2048x6144,1024x2048x6144,32x768x6144,64x768x6144,256x768x6144,1024x768x6144}

@@ -657,14 +657,23 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
 
 /* Token prepass: raw NVFP4 tokens (codes [M, K/2], swizzled scales) -> the
  * swizzled fp16 tiles of v8's weight prepass, k permutation included
- * (fp4_sm90_prefill5.cu p5_perm: chunk c of a row's step holds positions
- * 8c..8c+7, and position 8c + 2r + h is k = 16r + 8(c & 1) + (c >> 1) + 4h of
- * the step, in k-block r). Rows rows_out..: not written (never read); rows
- * M..rows_out - 1: zero. One thread a 16-byte chunk. */
+ * (fp4_sm90_tokperm.h). Rows rows_out..: not written (never read); rows
+ * M..rows_out - 1: zero. One thread a 16-byte chunk. vec 0: the code bytes
+ * and the scale bytes one by one (about 260 instructions a chunk, math-pipe
+ * throttled: 4.38 us at 256x2048x6144, Nsight Compute, -s6-dev-call5); vec 1
+ * (P9_TOK_VEC): the four k-blocks of the row's step as four 8-byte loads
+ * (rows are 8-byte aligned: K % 16 == 0) and the four scale bytes as one
+ * 4-byte load (kb & 3 is the swizzle's innermost index), then
+ * fp4_tokperm_word. vec 1 is NOT yet run on a GPU: P9_TOK_VEC stays 0 until
+ * the GPU test passes with it (the CPU test checks fp4_tokperm_word against
+ * the byte-wise definition). */
+#ifndef P9_TOK_VEC
+#define P9_TOK_VEC 0
+#endif
 __global__ void __launch_bounds__(256)
     fp4_sm90_mid9_tok_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                              uint4 *__restrict__ ws, int M, int rows_out, int K, int KS,
-                             int64_t nchunks)
+                             int64_t nchunks, int vec)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* v11's main kernel may be scheduled now (it waits for this grid's end
@@ -682,67 +691,35 @@ __global__ void __launch_bounds__(256)
         ws[q] = make_uint4(0u, 0u, 0u, 0u);
         return;
     }
-    const int arow = K / 2, KB = K / 16;
-    const uint8_t *row = aq + (size_t)m * arow + (size_t)s * 32;
-    const int left = arow - s * 32; /* code bytes of this step inside the row */
     uint32_t w = 0, sw = 0;
+    if (vec) {
+        const int KB = K / 16, nkb = KB - 4 * s < 4 ? KB - 4 * s : 4; /* k-blocks inside K */
+        const uint64_t *row = (const uint64_t *)(aq + (size_t)m * (K / 2) + (size_t)s * 32);
+        uint64_t w8[4];
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 4; r++) w8[r] = r < nkb ? __ldg(row + r) : 0ull;
+        w = fp4_tokperm_word(w8, c);
+        sw = __ldg((const uint32_t *)(asf + swz_off(m, 4 * s, 4 * KS)));
+        if (nkb < 4) sw &= (1u << (8 * nkb)) - 1u; /* the swizzle's padding bytes */
+    } else {
+        const int arow = K / 2, KB = K / 16;
+        const uint8_t *row = aq + (size_t)m * arow + (size_t)s * 32;
+        const int left = arow - s * 32; /* code bytes of this step inside the row */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int k = 16 * r + 8 * (c & 1) + (c >> 1) + 4 * h; /* within the step */
-            const uint32_t byte = (k >> 1) < left ? (uint32_t)__ldg(row + (k >> 1)) : 0u;
-            w |= ((byte >> (4 * (k & 1))) & 0xFu) << (4 * (r + 4 * h));
+        for (int r = 0; r < 4; r++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k = 16 * r + 8 * (c & 1) + (c >> 1) + 4 * h; /* within the step */
+                const uint32_t byte = (k >> 1) < left ? (uint32_t)__ldg(row + (k >> 1)) : 0u;
+                w |= ((byte >> (4 * (k & 1))) & 0xFu) << (4 * (r + 4 * h));
+            }
+            const int kb = 4 * s + r;
+            if (kb < KB) sw |= (uint32_t)__ldg(asf + swz_off(m, kb, 4 * KS)) << (8 * r);
         }
-        const int kb = 4 * s + r;
-        if (kb < KB) sw |= (uint32_t)__ldg(asf + swz_off(m, kb, 4 * KS)) << (8 * r);
     }
     uint32_t sc[4];
     wg_b_scales(sw, sc);
     ws[q] = wg_b_word(w, sc);
-}
-
-/* The same tiles with fewer instructions (P9_TOK_VEC): the four k-blocks of
- * the row's step as four 8-byte loads (rows are 8-byte aligned: K % 16 == 0)
- * and the four scale bytes as one 4-byte load (kb & 3 is the swizzle's
- * innermost index), then fp4_tokperm_word. The scalar kernel above issues
- * about 260 instructions a chunk (Nsight Compute, -s6-dev-call5: 4.38 us at
- * 256x2048x6144, math-pipe throttled). NOT yet run on a GPU: P9_TOK_VEC is 0
- * until the GPU test passes with it (the CPU test checks fp4_tokperm_word
- * against the byte-wise definition). */
-#ifndef P9_TOK_VEC
-#define P9_TOK_VEC 0
-#endif
-__global__ void __launch_bounds__(256)
-    fp4_sm90_mid9_tok8_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
-                              uint4 *__restrict__ ws, int M, int rows_out, int K, int KS,
-                              int64_t nchunks)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    const int64_t q = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    if (q >= nchunks) return;
-    const int64_t blk = q >> 10;
-    const int nt = (int)(blk / KS), s = (int)(blk % KS);
-    const int rr = (int)(q >> 3) & 127, c = ((int)q & 7) ^ (rr & 7);
-    const int m = nt * 128 + rr;
-    if (m >= rows_out) return;
-    if (m >= M) {
-        ws[q] = make_uint4(0u, 0u, 0u, 0u);
-        return;
-    }
-    const int arow = K / 2, KB = K / 16;
-    const uint64_t *row = (const uint64_t *)(aq + (size_t)m * arow + (size_t)s * 32);
-    const int nkb = KB - 4 * s < 4 ? KB - 4 * s : 4; /* k-blocks of this step inside K */
-    uint64_t w8[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) w8[r] = r < nkb ? __ldg(row + r) : 0ull;
-    uint32_t sw = __ldg((const uint32_t *)(asf + swz_off(m, 4 * s, 4 * KS)));
-    if (nkb < 4) sw &= (1u << (8 * nkb)) - 1u; /* the swizzle's padding bytes */
-    uint32_t sc[4];
-    wg_b_scales(sw, sc);
-    ws[q] = wg_b_word(fp4_tokperm_word(w8, c), sc);
 }
 
 static int64_t p9_rup(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -799,15 +776,12 @@ int fp4_sm90_mid9_fits(int64_t m, int64_t n, int64_t k, int num_sms)
     return 1;
 }
 
-/* token tile width and K splits: tiles of 64 / 128 / 256 tokens (the fewest
- * that hold M up to 256), then splits until the CTAs fill the GPU once (at
- * most 16, at least 4 k-steps a split); forced > 0: that many (at most KS) */
-void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
-                       int *splits)
+/* K splits for bn-token tiles: until the CTAs fill the GPU once (at most
+ * 16, at least 4 k-steps a split); forced > 0: that many (at most the
+ * k-steps). At least 1. */
+static int64_t p9_split_rule(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int bn)
 {
-    *bn = m <= 64 ? 64 : m <= 128 ? 128 : 256;
-    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
-    const int64_t ks = p6_ks(k);
+    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + bn - 1) / bn), ks = p6_ks(k);
     int64_t s;
     if (forced > 0) {
         s = forced < ks ? forced : ks;
@@ -816,7 +790,17 @@ void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced,
         if (s > ks / 4) s = ks / 4;
         if (s > P9_MAX_SPLITS) s = P9_MAX_SPLITS;
     }
-    *splits = s < 1 ? 1 : (int)s;
+    return s < 1 ? 1 : s;
+}
+
+/* token tile width and K splits: tiles of 64 / 128 / 256 tokens (the fewest
+ * that hold M up to 256), then splits until the CTAs fill the GPU once (at
+ * most 16, at least 4 k-steps a split); forced > 0: that many (at most KS) */
+void fp4_sm90_mid9_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
+                       int *splits)
+{
+    *bn = m <= 64 ? 64 : m <= 128 ? 128 : 256;
+    *splits = (int)p9_split_rule(m, n, k, num_sms, forced, *bn);
 }
 
 fp4_status fp4_sm90_mid9_init(fp4_err *err)
@@ -837,42 +821,57 @@ static fp4_status p9_launch_tok(const fp4_sm90_gemm_args *a, int bn, int KS, uin
 {
     const int64_t rows_out = p9_rup(a->m, bn);
     const int64_t nchunks = (p9_rup(rows_out, 128) / 128) * KS * 1024;
-    if (P9_TOK_VEC)
-        fp4_sm90_mid9_tok8_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
-            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
-    else
-        fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
-            a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks);
+    fp4_sm90_mid9_tok_kernel<<<(unsigned)((nchunks + 255) / 256), 256, 0, stream>>>(
+        a->a_codes, a->a_sf, (uint4 *)ws, (int)a->m, (int)rows_out, (int)a->k, KS, nchunks,
+        P9_TOK_VEC);
     FP4_CUDA_LAUNCH_TRY(err);
+    return FP4_OK;
+}
+
+/* v9's (slices false) or v11's main kernel for bn-token tiles, its shared
+ * memory, and whether it runs here */
+static fp4_status p9_pick(int bn, bool slices, const char *name, const void **kernel, int *smem,
+                          fp4_err *err)
+{
+    *kernel = NULL;
+#define P9_PICK(BN_, MINB_, ST_, BULK_)                                                        \
+    if (!*kernel && bn == BN_) {                                                               \
+        *kernel = slices ? (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true, true> \
+                         : (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true, false>; \
+        *smem = p6_cfg<BN_, ST_>::SMEM;                                                        \
+    }
+    P9_FOR_EACH_CFG(P9_PICK)
+#undef P9_PICK
+    if (!*kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 %s: no kernel for %d-token tiles", name, bn);
+    return p6_runs_here(*kernel, name, err);
+}
+
+/* v9's and v11's argument checks: the shape fits, the workspace is there,
+ * large enough and aligned */
+static fp4_status p9_check_args(const fp4_sm90_gemm_args *a, const char *name, size_t ws_need,
+                                fp4_err *err)
+{
+    if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 %s: shape %lldx%lldx%lld not supported",
+                        name, (long long)a->m, (long long)a->n, (long long)a->k);
+    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "fp4-sm90 %s: needs a 16-byte aligned, once-zeroed workspace of %zu "
+                        "bytes (got %zu at %p)",
+                        name, ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
     return FP4_OK;
 }
 
 fp4_status fp4_sm90_mid9_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
-    if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v9-mid: shape %lldx%lldx%lld not supported",
-                        (long long)a->m, (long long)a->n, (long long)a->k);
-    const size_t ws_need = fp4_sm90_mid9_ws_size(a->m, a->n, a->k);
-    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG,
-                        "fp4-sm90 v9-mid: needs a 16-byte aligned, once-zeroed workspace of %zu "
-                        "bytes (got %zu at %p)",
-                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    fp4_status st = p9_check_args(a, "v9-mid", fp4_sm90_mid9_ws_size(a->m, a->n, a->k), err);
+    if (st != FP4_OK) return st;
     int bn = 0, splits = 1;
     fp4_sm90_mid9_cfg(a->m, a->n, a->k, a->num_sms, a->splits, &bn, &splits);
     const void *kernel = NULL;
     int smem = 0;
-#define P9_PICK(BN_, MINB_, ST_, BULK_)                                                        \
-    if (!kernel && bn == BN_) {                                                                \
-        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true>;         \
-        smem = p6_cfg<BN_, ST_>::SMEM;                                                         \
-    }
-    P9_FOR_EACH_CFG(P9_PICK)
-#undef P9_PICK
-    if (!kernel)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v9-mid: no kernel for %d-token tiles", bn);
-    fp4_status st = p6_runs_here(kernel, "v9-mid", err);
-    if (st != FP4_OK) return st;
+    if ((st = p9_pick(bn, false, "v9-mid", &kernel, &smem, err)) != FP4_OK) return st;
 
     uint8_t *ws = (uint8_t *)a->workspace;
     float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
@@ -929,15 +928,8 @@ static int p11_splits(int64_t m, int64_t n, int64_t k, int num_sms, int forced, 
           : m <= 64                                               ? 64
           : m <= 256                                              ? 128
                                                                   : 256;
-    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn), ks = p6_ks(k);
-    int64_t s;
-    if (forced > 0) {
-        s = forced < ks ? forced : ks;
-    } else {
-        s = num_sms > 0 ? num_sms / tiles : 1;
-        if (s > ks / 4) s = ks / 4;
-        if (s > P9_MAX_SPLITS) s = P9_MAX_SPLITS;
-    }
+    const int64_t tiles = ((n + P6_BM - 1) / P6_BM) * ((m + *bn - 1) / *bn);
+    int64_t s = p9_split_rule(m, n, k, num_sms, forced, *bn);
     int64_t cap = (num_sms < P11_MAX_CTAS ? num_sms : P11_MAX_CTAS) / tiles; /* co-resident */
     if (cap < 1) cap = 1;
     if (s > cap) s = cap;
@@ -979,32 +971,15 @@ fp4_status fp4_sm90_mid11_init(fp4_err *err)
 
 fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
-    if (!fp4_sm90_mid9_fits(a->m, a->n, a->k, a->num_sms))
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v11-mid: shape %lldx%lldx%lld not supported",
-                        (long long)a->m, (long long)a->n, (long long)a->k);
-    const size_t ws_need = fp4_sm90_mid11_ws_size(a->m, a->n, a->k);
-    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG,
-                        "fp4-sm90 v11-mid: needs a 16-byte aligned, once-zeroed workspace of %zu "
-                        "bytes (got %zu at %p)",
-                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    fp4_status st = p9_check_args(a, "v11-mid", fp4_sm90_mid11_ws_size(a->m, a->n, a->k), err);
+    if (st != FP4_OK) return st;
     int bn = 0, slab_bn = 0;
     const int splits = p11_splits(a->m, a->n, a->k, a->num_sms, a->splits, &bn);
     int64_t tiles = 0;
     const size_t slabs = p11_slab_bytes(a->m, a->n, a->k, &slab_bn, &tiles);
     const void *kernel = NULL;
     int smem = 0;
-#define P11_PICK(BN_, MINB_, ST_, BULK_)                                                       \
-    if (!kernel && bn == BN_) {                                                                \
-        kernel = (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, true, true>;   \
-        smem = p6_cfg<BN_, ST_>::SMEM;                                                         \
-    }
-    P9_FOR_EACH_CFG(P11_PICK)
-#undef P11_PICK
-    if (!kernel)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v11-mid: no kernel for %d-token tiles", bn);
-    fp4_status st = p6_runs_here(kernel, "v11-mid", err);
-    if (st != FP4_OK) return st;
+    if ((st = p9_pick(bn, true, "v11-mid", &kernel, &smem, err)) != FP4_OK) return st;
 
     uint8_t *ws = (uint8_t *)a->workspace;
     float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
