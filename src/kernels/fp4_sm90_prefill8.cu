@@ -664,11 +664,12 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
  * (P9_TOK_VEC): the four k-blocks of the row's step as four 8-byte loads
  * (rows are 8-byte aligned: K % 16 == 0) and the four scale bytes as one
  * 4-byte load (kb & 3 is the swizzle's innermost index), then
- * fp4_tokperm_word. vec 1 is NOT yet run on a GPU: P9_TOK_VEC stays 0 until
- * the GPU test passes with it (the CPU test checks fp4_tokperm_word against
- * the byte-wise definition). */
+ * fp4_tokperm_word (checked on the CPU against the byte-wise definition).
+ * vec 1 is the default since session 7's first call (GPU test and sanitizers
+ * pass; 256x2048x6144 20.80 -> 20.21 us, 1024x768x6144 32.81 -> 30.51:
+ * bench/results/2026-12-02-h200-s7-dev-call1/, vec/ against the top level). */
 #ifndef P9_TOK_VEC
-#define P9_TOK_VEC 0
+#define P9_TOK_VEC 1
 #endif
 __global__ void __launch_bounds__(256)
     fp4_sm90_mid9_tok_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
