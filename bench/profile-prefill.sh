@@ -16,7 +16,7 @@ prof() { # name backend kernel-regex [variant]
   local f="$OUT/ncu-$1-$SHAPE.txt"
   echo "== ncu $1 $SHAPE"
   FP4_SM90_KERNEL=${4:-} timeout 180 "$NCU" --clock-control none --kernel-name "regex:$3" \
-    --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*cycles_active\.avg\.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__t_bytes.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,regex:l1tex__m_xbar2l1tex_read_bytes.sum" \
     $B run --backend "$2" --shape "$SHAPE" --verify-only --no-ceilings --quiet >"$f" 2>&1
