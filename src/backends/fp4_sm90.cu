@@ -75,6 +75,10 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V11_MID, "v11-mid", FP4_SM90_V11_SUMMARY},
      "mid11", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
      fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid11_init, fp4_sm90_mid11_launch, 1},
+    {{FP4_SM90_V12_PREFILL, "v12-prefill", FP4_SM90_V12_SUMMARY},
+     "prefill12", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
+     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
+     fp4_sm90_prefill12_init, fp4_sm90_prefill12_launch, 0},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

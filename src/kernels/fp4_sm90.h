@@ -70,6 +70,11 @@
  *                   into their own slices, meet at a per-tile barrier and
  *                   each reduce 1/S of the tile into D (no atomics,
  *                   deterministic; fp4_sm90_prefill8.cu).
+ *  12 "v12-prefill" large M: v8's packing, prepass, tiles and A path; a
+ *                   producer warp fills the ring (full mbarriers: cp.async
+ *                   arrivals + bulk-copy bytes) and the two consumer
+ *                   warpgroups release slots (empty mbarriers): no CTA-wide
+ *                   barrier in the k loop (src/kernels/fp4_sm90_prefill12.cu).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -102,7 +107,8 @@ enum {
     FP4_SM90_V8_PREFILL = 8,
     FP4_SM90_V9_MID = 9,
     FP4_SM90_V10_DECODE = 10,
-    FP4_SM90_V11_MID = 11
+    FP4_SM90_V11_MID = 11,
+    FP4_SM90_V12_PREFILL = 12
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -113,6 +119,7 @@ enum {
 #define FP4_SM90_V9_SUMMARY "mid M: v8's loop with weights as wgmma A (registers) and tokens as B (prepass tiles), split K"
 #define FP4_SM90_V10_SUMMARY "small M: v4's math, weights bulk-copied into a per-warp smem ring, split K reduced in a cluster (DSMEM)"
 #define FP4_SM90_V11_SUMMARY "mid M: v9 with split K reduced by plain stores, a per-tile barrier (cooperative launch) and a 1/S share a CTA"
+#define FP4_SM90_V12_SUMMARY "large M: v8's operands and prepass, a producer warp and full/empty mbarriers instead of the per-step barrier"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -168,7 +175,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 #define FP4_SM90_MAX_CLUSTER 8 /* portable thread-block cluster size (v10's K splits) */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V11_MID (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V12_PREFILL (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -276,6 +283,15 @@ fp4_status fp4_sm90_prefill8_launch(const fp4_sm90_gemm_args *a, cudaStream_t st
 int fp4_sm90_prefill8_bn(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages, int bulk,
                                         int parts, cudaStream_t stream, fp4_err *err);
+
+/* v12-prefill (fp4_sm90_prefill12.cu): v8's packing, workspace, fits and
+ * prepass; launch_cfg forces the tile width (0 = v8's rule, 128, 256) and the
+ * ring depth (0 = the default, else an instantiated one: P12_FOR_EACH_CFG) */
+fp4_status fp4_sm90_prefill12_init(fp4_err *err);
+fp4_status fp4_sm90_prefill12_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                     fp4_err *err);
+fp4_status fp4_sm90_prefill12_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int stages,
+                                         cudaStream_t stream, fp4_err *err);
 
 /* v10-decode: v4's packing, no workspace */
 int fp4_sm90_decode10_fits(int64_t m, int64_t n, int64_t k, int num_sms);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call for v12-prefill: build (sm_90a), the fp4-sm90 GPU test on
+# TEST_VARIANTS (default 12), memcheck and racecheck of v12 on tail shapes,
+# v8 and v12 forced beside cuBLAS bf16 on the prefill shapes (SHAPES), v12's
+# tile widths and ring depths (CFGS, "BNxST ..."), Nsight Compute of both main
+# kernels at PROF_SHAPE (PROF=1) and their static SASS mix. Output under $OUT.
+set -uo pipefail
+source bench/dev-build.sh
+t0=$(date +%s)
+B=./build-dev/fp4bench
+for v in ${TEST_VARIANTS:-12}; do
+  GPU_FP4_SM90_ONLY=$v timeout ${TEST_TIMEOUT:-240} ./build-dev/tests/gpu_fp4_sm90 >"$OUT/gpu_fp4_sm90-v$v.txt" 2>&1
+  echo "gpu_fp4_sm90 (variant $v): exit $?"; grep -E "FAIL" "$OUT/gpu_fp4_sm90-v$v.txt" | head -10; tail -1 "$OUT/gpu_fp4_sm90-v$v.txt"
+done
+echo "== tests $(( $(date +%s) - t0 )) s"
+for tool in memcheck racecheck; do
+  FP4_SM90_KERNEL=v12-prefill timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
+    --backend fp4-sm90 --shape 3x200x48,300x2000x48,129x1001x2880,1000x770x6144 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
+  echo "v12-prefill $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" /tmp/san.log | head -4
+done
+echo "== sanitizers $(( $(date +%s) - t0 )) s"
+S=${SHAPES:-1024x2048x6144,2048x2048x6144,4096x2048x6144,8192x2048x6144,8192x8192x8192}
+for v in v12-prefill v8-prefill; do
+  FP4_SM90_KERNEL=$v $B run --shape "$S" --json "$OUT/forced-$v.json" --quiet --max-time 1 --no-ceilings \
+    --backend cublas-bf16,fp4-sm90 | grep -E "fp4-sm90|cublas-bf16" | sed "s/^/[$v] /"
+done
+echo "== timings $(( $(date +%s) - t0 )) s"
+for c in ${CFGS:-}; do
+  FP4_SM90_V12_BN=${c%x*} FP4_SM90_V12_ST=${c#*x} FP4_SM90_KERNEL=v12-prefill $B run --shape "$S" --quiet \
+    --max-time 1 --no-ceilings --backend fp4-sm90 | awk -v c="$c" '$5=="fp4-sm90"{print "[v12 " c "] " $2 "x" $3 "x" $4 " " $6 " us"}'
+done
+if [ "${PROF:-1}" = 1 ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  for v in v12-prefill v8-prefill; do
+    f="$OUT/ncu-$v-${PROF_SHAPE:-4096x2048x6144}.txt"
+    FP4_SM90_KERNEL=$v timeout 150 "$NCU" --clock-control none --kernel-name "regex:prefill(8|12)_kernel" \
+      --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum" \
+      $B run --backend fp4-sm90 --shape "${PROF_SHAPE:-4096x2048x6144}" --verify-only --no-ceilings --quiet >"$f" 2>&1
+    echo "== ncu $v"
+    grep -E "Duration|L2 Cache Throughput|Compute \(SM\)|Registers|Issued Warp|No Eligible|pipe_tensor|inst_executed.sum|stalled_.*ratio +[0-9.]+[1-9]" "$f" |
+      awk '{$1=$1; print}' | grep -vE "ratio +0(\.[0-9])?[0-9]*$" | cut -c1-120 | head -30
+  done
+  bash bench/sass-mix.sh "prefill(8|12)_kernel" >"$OUT/sass-mix.txt" 2>&1
+  grep -E "^== |TOTAL|HGMMA|LOP3|BAR|SYNCS|LDS|LDGSTS" "$OUT/sass-mix.txt" | head -60
+fi
+echo "== done $(( $(date +%s) - t0 )) s"
