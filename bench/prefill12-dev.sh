@@ -14,10 +14,12 @@ for v in ${TEST_VARIANTS:-12}; do
 done
 echo "== tests $(( $(date +%s) - t0 )) s"
 for tool in memcheck racecheck; do
-  FP4_SM90_KERNEL=v12-prefill timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
-    --backend fp4-sm90 --shape 3x200x48,300x2000x48,129x1001x2880,1000x770x6144 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
-  echo "v12-prefill $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" /tmp/san.log | head -4
+  for bn in 128 256; do
+    FP4_SM90_V12_BN=$bn FP4_SM90_KERNEL=v12-prefill timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
+      --backend fp4-sm90 --shape 3x200x48,300x2000x48,129x1001x2880,1000x770x6144 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
+    echo "v12-prefill BN $bn $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|Race reported|at .*prefill12|FAILED" /tmp/san.log | sort | uniq -c | sort -rn | head -8
+  done
 done
 echo "== sanitizers $(( $(date +%s) - t0 )) s"
 S=${SHAPES:-1024x2048x6144,2048x2048x6144,4096x2048x6144,8192x2048x6144,8192x8192x8192}

@@ -9,9 +9,15 @@
  * both warpgroups leave the barrier together their next wgmmas come only
  * after the slower one's A dequantization: the tensor pipe idles.
  *
- * Design. 288 threads: warps 0-7 are v8's two consumer warpgroups (64 rows x
+ * Design. 384 threads: warps 0-7 are v8's two consumer warpgroups (64 rows x
  * BN each, A dequantized from the raw ring into registers, B from the fp16
- * ring, wgmma m64nBNk16), warp 8 the producer. Per ring slot two mbarriers:
+ * ring, wgmma m64nBNk16), warp 8 the producer (warps 9-11 exit at once).
+ * Registers: a scheduler's register file (16 K) holds three of the 12 warps;
+ * launched at 168 a thread, the producer warpgroup gives back down to 40
+ * and the consumers take 232 (setmaxnreg): 2 x 232 + 40 <= 512 a lane. (With
+ * 288 threads the wgmmas' 128 accumulators and two A sets do not fit in 168:
+ * ptxas serializes the wgmmas, C7512; 195 registers do not fit three warps
+ * a scheduler: the launch fails.) Per ring slot two mbarriers:
  * full (33 arrivals: the producer lanes' cp.async.mbarrier.arrive.noinc once
  * their copies of A's codes and scales land, plus lane 0's arrive.expect_tx
  * for B's bulk copy bytes) and empty (8 arrivals: lane 0 of each consumer
@@ -38,7 +44,9 @@
 #include "kernels/fp4_sm90_wgmma.cuh"
 
 #define P12_CONSUMERS 256 /* two warpgroups */
-#define P12_THREADS (P12_CONSUMERS + 32)
+#define P12_THREADS (P12_CONSUMERS + 128) /* + the producer warpgroup (one warp works) */
+#define P12_REGS_CONSUMER 232 /* setmaxnreg: 2 x 232 + 40 a warp slot fits 64 K registers */
+#define P12_REGS_PRODUCER 40
 #define P12_WS_BLOCK 16384 /* v8's workspace block: 128 rows x 128 bytes of one k-step */
 #define P12_FULL_COUNT 33  /* 32 producer lanes' cp.async arrivals + lane 0's expect_tx */
 #define P12_EMPTY_COUNT 8  /* lane 0 of each consumer warp */
@@ -94,6 +102,15 @@ static __device__ __forceinline__ void p12_load_a(uint32_t a_dst, uint32_t asf_d
     wg_cp16(asf_dst + (uint32_t)(lane * 16), asf + ((size_t)mt_blk * KS + ls) * 512 + lane * 16, 16);
 }
 
+static __device__ __forceinline__ void p12_setmaxnreg_inc(void)
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(P12_REGS_CONSUMER));
+}
+static __device__ __forceinline__ void p12_setmaxnreg_dec(void)
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(P12_REGS_PRODUCER));
+}
+
 /* One consumer k-step (see the top); acur: the register set free since step
  * s - 2 retired. */
 template <int BN, int ST>
@@ -109,6 +126,7 @@ static __device__ __forceinline__ void p12_step(int s, float *acc, uint32_t *acu
     wg_mma_step<BN>(acc, acur, sbase + (uint32_t)(slot * C::BTILE), s == 0);
     wg_commit();
     wg_wait<1>(); /* step s - 1 retired: its slot is free */
+    __syncwarp(); /* the warp's reads of the slot's A bytes, before lane 0 releases it */
     if (s > 0 && (tid & 31) == 0)
         wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((s - 1) % ST) * 8));
 }
@@ -117,11 +135,8 @@ static __device__ __forceinline__ void p12_step(int s, float *acc, uint32_t *acu
 /* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw v8's prepass tiles;
  * d [M, N] bf16. Grid: x = m tiles of 128 (fastest: the CTAs resident at
  * once share few B tiles), y = n tiles of BN. */
-/* __maxnreg__ rather than __launch_bounds__(288, 1): with the latter ptxas
- * capped the kernel at 168 registers (as for 384 threads) and serialized the
- * wgmmas (C7512); 224 x 288 threads fit the SM's 64 K registers. */
 template <int BN, int ST>
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(P12_THREADS, 1)
     fp4_sm90_prefill12_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                               const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
                               int N, int K, int KS, float alpha_eff)
@@ -145,7 +160,9 @@ __global__ void __maxnreg__(224)
     }
     __syncthreads(); /* the only CTA-wide barrier */
 
-    if (tid >= P12_CONSUMERS) { /* producer warp */
+    if (tid >= P12_CONSUMERS) { /* producer warpgroup: its first warp works */
+        p12_setmaxnreg_dec();
+        if (tid >= P12_CONSUMERS + 32) return;
         const int lane = tid & 31, arow = K / 2;
         const bool a16 = (arow % 16) == 0;
         const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P12_WS_BLOCK;
@@ -171,6 +188,7 @@ __global__ void __maxnreg__(224)
         return;
     }
 
+    p12_setmaxnreg_inc();
     float acc[BN / 2]; /* the first wgmma runs with scale-d = 0: no initialisation */
     uint32_t ra[16], rb[16];
     /* unrolled by two: the two A register sets stay compile-time arrays, and no
