@@ -3,7 +3,8 @@
 # TEST_VARIANTS (default 12), memcheck and racecheck of v12 on tail shapes,
 # v8 and v12 forced beside cuBLAS bf16 on the prefill shapes (SHAPES), v12's
 # tile widths and ring depths (CFGS, "BNxST ..."), Nsight Compute of both main
-# kernels at PROF_SHAPE (PROF=1) and their static SASS mix. Output under $OUT.
+# kernels at PROF_SHAPE (PROF=1; PROF_VARIANTS) and their static SASS mix (SASS=1).
+# VARIANTS: the variants timed (default v12-prefill v8-prefill). Output under $OUT.
 set -uo pipefail
 source bench/dev-build.sh
 t0=$(date +%s)
@@ -23,7 +24,7 @@ for tool in memcheck racecheck; do
 done
 echo "== sanitizers $(( $(date +%s) - t0 )) s"
 S=${SHAPES:-1024x2048x6144,2048x2048x6144,4096x2048x6144,8192x2048x6144,8192x8192x8192}
-for v in v12-prefill v8-prefill; do
+for v in ${VARIANTS:-v12-prefill v8-prefill}; do
   FP4_SM90_KERNEL=$v $B run --shape "$S" --json "$OUT/forced-$v.json" --quiet --max-time 1 --no-ceilings \
     --backend cublas-bf16,fp4-sm90 | grep -E "fp4-sm90|cublas-bf16" | sed "s/^/[$v] /"
 done
@@ -34,7 +35,7 @@ for c in ${CFGS:-}; do
 done
 if [ "${PROF:-1}" = 1 ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  for v in v12-prefill v8-prefill; do
+  for v in ${PROF_VARIANTS:-v12-prefill v8-prefill}; do
     f="$OUT/ncu-$v-${PROF_SHAPE:-4096x2048x6144}.txt"
     FP4_SM90_KERNEL=$v timeout 150 "$NCU" --clock-control none --kernel-name "regex:prefill(8|12)_kernel" \
       --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -45,7 +46,7 @@ if [ "${PROF:-1}" = 1 ]; then
     grep -E "Duration|L2 Cache Throughput|Compute \(SM\)|Registers|Issued Warp|No Eligible|pipe_tensor|inst_executed.sum|stalled_.*ratio +[0-9.]+[1-9]" "$f" |
       awk '{$1=$1; print}' | grep -vE "ratio +0(\.[0-9])?[0-9]*$" | cut -c1-120 | head -30
   done
-  bash bench/sass-mix.sh "prefill(8|12)_kernel" >"$OUT/sass-mix.txt" 2>&1
-  grep -E "^== |TOTAL|HGMMA|LOP3|BAR|SYNCS|LDS|LDGSTS" "$OUT/sass-mix.txt" | head -60
+  [ "${SASS:-1}" = 1 ] && bash bench/sass-mix.sh "prefill(8|12)_kernel" >"$OUT/sass-mix.txt" 2>&1
+  [ "${SASS:-1}" = 1 ] && grep -E "^== |TOTAL|HGMMA|LOP3|BAR|SYNCS|LDS|LDGSTS" "$OUT/sass-mix.txt" | head -60
 fi
 echo "== done $(( $(date +%s) - t0 )) s"
