@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call for v12-prefill: build (sm_90a), the fp4-sm90 GPU test on
-# TEST_VARIANTS (default 12), memcheck and racecheck of v12 on tail shapes,
-# v8 and v12 forced beside cuBLAS bf16 on the prefill shapes (SHAPES), v12's
+# One device call for v12-prefill and v13-mid: build (sm_90a), the fp4-sm90
+# GPU test on TEST_VARIANTS (default 12 13), memcheck and racecheck of v12 and
+# v13 (MID_SAN) on tail shapes, v8 and v12 forced beside cuBLAS bf16 on the
+# prefill shapes (SHAPES), v13 and v11 (MID_VARIANTS) on MID_SHAPES, v12's
 # tile widths and ring depths (CFGS, "BNxST ..."), Nsight Compute of both main
 # kernels at PROF_SHAPE (PROF=1; PROF_VARIANTS) and their static SASS mix (SASS=1).
 # VARIANTS: the variants timed (default v12-prefill v8-prefill). Output under $OUT.
@@ -9,7 +10,7 @@ set -uo pipefail
 source bench/dev-build.sh
 t0=$(date +%s)
 B=./build-dev/fp4bench
-for v in ${TEST_VARIANTS:-12}; do
+for v in ${TEST_VARIANTS:-12 13}; do
   GPU_FP4_SM90_ONLY=$v timeout ${TEST_TIMEOUT:-240} ./build-dev/tests/gpu_fp4_sm90 >"$OUT/gpu_fp4_sm90-v$v.txt" 2>&1
   echo "gpu_fp4_sm90 (variant $v): exit $?"; grep -E "FAIL" "$OUT/gpu_fp4_sm90-v$v.txt" | head -10; tail -1 "$OUT/gpu_fp4_sm90-v$v.txt"
 done
@@ -22,10 +23,23 @@ for tool in memcheck racecheck; do
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|Race reported|at .*prefill12|FAILED" /tmp/san.log | sort | uniq -c | sort -rn | head -8
   done
 done
+for tool in ${MID_SAN:-memcheck racecheck}; do
+  for sk in 0 3; do
+    FP4_SM90_SPLITK=$sk FP4_SM90_KERNEL=v13-mid timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $B run \
+      --backend fp4-sm90 --shape 3x200x48,17x768x2880,300x2000x48 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
+    echo "v13-mid splits $sk $tool: exit $? ($(grep -cE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" /tmp/san.log) clean summaries)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|Race reported|at .*prefill12|FAILED" /tmp/san.log | sort | uniq -c | sort -rn | head -6
+  done
+done
 echo "== sanitizers $(( $(date +%s) - t0 )) s"
 S=${SHAPES:-1024x2048x6144,2048x2048x6144,4096x2048x6144,8192x2048x6144,8192x8192x8192}
 for v in ${VARIANTS:-v12-prefill v8-prefill}; do
   FP4_SM90_KERNEL=$v $B run --shape "$S" --json "$OUT/forced-$v.json" --quiet --max-time 1 --no-ceilings \
+    --backend cublas-bf16,fp4-sm90 | grep -E "fp4-sm90|cublas-bf16" | sed "s/^/[$v] /"
+done
+MS=${MID_SHAPES:-64x2048x6144,128x2048x6144,256x2048x6144,512x2048x6144,1024x2048x6144,256x768x6144,1024x768x6144}
+for v in ${MID_VARIANTS:-v13-mid v11-mid}; do
+  FP4_SM90_KERNEL=$v $B run --shape "$MS" --json "$OUT/forced-$v.json" --quiet --max-time 1 --no-ceilings \
     --backend cublas-bf16,fp4-sm90 | grep -E "fp4-sm90|cublas-bf16" | sed "s/^/[$v] /"
 done
 echo "== timings $(( $(date +%s) - t0 )) s"

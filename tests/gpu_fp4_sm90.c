@@ -337,7 +337,8 @@ int main(void)
     const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
                             FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                            FP4_SM90_V10_DECODE, FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL};
+                            FP4_SM90_V10_DECODE, FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL,
+                            FP4_SM90_V13_MID};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -419,6 +420,18 @@ int main(void)
      * included), so a counter left non-zero fails the next call */
     test_splits(ops, inst, FP4_SM90_V11_MID, v9_split_shapes, 3);
     test_shapes(ops, inst, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    /* v13-mid: the same as v11 (its host side), and every token tile width
+     * forced on a split and an unsplit shape (fewer k-steps than the ring
+     * holds: K = 48, 640) */
+    test_splits(ops, inst, FP4_SM90_V13_MID, v9_split_shapes, 3);
+    test_shapes(ops, inst, FP4_SM90_V13_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    static const char *v13_bns[] = {"64", "128", "256"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_V11_BN", v13_bns[i], 1);
+        test_gemm(ops, inst, FP4_SM90_V13_MID, 200, 2000, 6144);
+        test_gemm(ops, inst, FP4_SM90_V13_MID, 77, 300, 640);
+    }
+    unsetenv("FP4_SM90_V11_BN");
     /* v12-prefill: each tile width and ring depth (FP4_SM90_V12_BN, _ST) on
      * K with a partial last k-step and rows not a multiple of 16 bytes (48,
      * 2880: cp.async of 8 bytes), more k-steps than the ring holds (6144),

@@ -35,8 +35,8 @@ static void test_checks(void)
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
     CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
     const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                           FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL};
-    for (int i = 0; i < 5; i++) {
+                           FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL, FP4_SM90_V13_MID};
+    for (int i = 0; i < 6; i++) {
         a.variant = with_ws[i];
         a.m = with_ws[i] == FP4_SM90_V8_PREFILL || with_ws[i] == FP4_SM90_V12_PREFILL ? 4096 : 16;
         const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);

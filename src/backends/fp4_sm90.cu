@@ -79,6 +79,9 @@ static const sm90_family sm90_families[] = {
      "prefill12", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
      fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
      fp4_sm90_prefill12_init, fp4_sm90_prefill12_launch, 0},
+    {{FP4_SM90_V13_MID, "v13-mid", FP4_SM90_V13_SUMMARY},
+     "mid13", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
+     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid13_init, fp4_sm90_mid13_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

@@ -75,6 +75,10 @@
  *                   arrivals + bulk-copy bytes) and the two consumer
  *                   warpgroups release slots (empty mbarriers): no CTA-wide
  *                   barrier in the k loop (src/kernels/fp4_sm90_prefill12.cu).
+ *  13 "v13-mid"     mid M: v11's packing, token prepass, split rule and
+ *                   slices epilogue with v12's producer warp and mbarriers;
+ *                   the producer bulk-copies the weights' first stages
+ *                   before waiting for the token prepass (same file).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -108,7 +112,8 @@ enum {
     FP4_SM90_V9_MID = 9,
     FP4_SM90_V10_DECODE = 10,
     FP4_SM90_V11_MID = 11,
-    FP4_SM90_V12_PREFILL = 12
+    FP4_SM90_V12_PREFILL = 12,
+    FP4_SM90_V13_MID = 13
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -120,6 +125,7 @@ enum {
 #define FP4_SM90_V10_SUMMARY "small M: v4's math, weights bulk-copied into a per-warp smem ring, split K reduced in a cluster (DSMEM)"
 #define FP4_SM90_V11_SUMMARY "mid M: v9 with split K reduced by plain stores, a per-tile barrier (cooperative launch) and a 1/S share a CTA"
 #define FP4_SM90_V12_SUMMARY "large M: v8's operands and prepass, a producer warp and full/empty mbarriers instead of the per-step barrier"
+#define FP4_SM90_V13_SUMMARY "mid M: v11 (tokens by prepass, split K by slices) with v12's producer warp; weights' first copies before the prepass ends"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -175,7 +181,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 #define FP4_SM90_MAX_CLUSTER 8 /* portable thread-block cluster size (v10's K splits) */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V12_PREFILL (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V13_MID (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -330,6 +336,21 @@ fp4_status fp4_sm90_mid11_init(fp4_err *err);
 fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 void fp4_sm90_mid11_cfg(int64_t m, int64_t n, int64_t k, int num_sms, int forced, int *bn,
                         int *splits);
+/* v11's launch (checks, token prepass, cooperative and programmatic dependent
+ * launch of the main kernel on grid (weight tiles, token tiles, splits)) with
+ * the main kernel, its shared memory and block size picked by `pick` for the
+ * token tile width bn (64, 128, 256): v11's own, or v13's */
+typedef fp4_status (*fp4_sm90_mid11_pick_fn)(int bn, const void **kernel, int *smem, int *threads,
+                                            fp4_err *err);
+fp4_status fp4_sm90_mid11_launch_with(const fp4_sm90_gemm_args *a, const char *name,
+                                      fp4_sm90_mid11_pick_fn pick, cudaStream_t stream, fp4_err *err);
+/* FP4_OK when the current device is sm_90 and this build holds the kernel's
+ * machine code (the 90a target); else FP4_ERR_UNSUPPORTED naming the variant */
+fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_err *err);
+/* v13-mid (fp4_sm90_prefill12.cu): v11's packing, workspace, rule and launch
+ * with v12's warp-specialized main loop */
+fp4_status fp4_sm90_mid13_init(fp4_err *err);
+fp4_status fp4_sm90_mid13_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,8 @@
  * scales 512)][ST full mbarriers][ST empty mbarriers] */
 template <int BN, int ST> struct p12_cfg {
     static constexpr int BTILE = BN * 128; /* multiple of 1024: the swizzle needs that alignment */
-    static constexpr int NBLK = BN / 128;  /* workspace blocks of B's tile */
+    static constexpr int NBLK = BN >= 128 ? BN / 128 : 1; /* workspace blocks of B's tile */
+    static constexpr int BBYTES = BN >= 128 ? P12_WS_BLOCK : BN * 128; /* bytes of each */
     static constexpr int A_BASE = ST * BTILE;
     static constexpr int ASTAGE = WG_BM * WG_ROWB + 512;
     static constexpr int FULL_OFF = A_BASE + ST * ASTAGE;
@@ -111,6 +112,20 @@ static __device__ __forceinline__ void p12_setmaxnreg_dec(void)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(P12_REGS_PRODUCER));
 }
 
+/* B's tile of k-step ks (BN rows of 128 bytes: BN / 128 workspace blocks,
+ * BN = 64: half of one) into ring slot `slot`, counted on its full barrier */
+template <int BN, int ST>
+static __device__ __forceinline__ void p12_copy_b(uint32_t sbase, const uint8_t *bsrc, int KS, int ks,
+                                                  int slot)
+{
+    typedef p12_cfg<BN, ST> C;
+    const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
+#pragma unroll
+    for (int blk = 0; blk < C::NBLK; blk++) /* block nb of k-step ks: (nb * KS + ks) */
+        wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + blk * P12_WS_BLOCK),
+                    bsrc + ((size_t)blk * KS + ks) * P12_WS_BLOCK, C::BBYTES, full);
+}
+
 /* One consumer k-step (see the top); acur: the register set free since step
  * s - 2 retired. */
 template <int BN, int ST>
@@ -132,14 +147,24 @@ static __device__ __forceinline__ void p12_step(int s, float *acc, uint32_t *acu
 }
 #endif
 
-/* aq [M, K/2]; asf swizzled [roundup(M,128), 4 KS]; bw v8's prepass tiles;
- * d [M, N] bf16. Grid: x = m tiles of 128 (fastest: the CTAs resident at
- * once share few B tiles), y = n tiles of BN. */
-template <int BN, int ST>
+/* TR false (v12-prefill): aq [M, K/2] (the tokens), asf swizzled
+ * [roundup(M,128), 4 KS]; bw v8's weight prepass tiles; d [M, N] bf16. Grid:
+ * x = m tiles of 128 (fastest: the CTAs resident at once share few B tiles),
+ * y = n tiles of BN.
+ * TR true (v13-mid): v11's operands: aq / asf the weights packed by
+ * fp4_sm90_mid9_pack_b (M = their rows; k-step L of tile t: 4096 contiguous
+ * code bytes and 512 scale bytes), bw the token prepass's tiles (N tokens,
+ * BN = 64, 128 or 256 a tile), d [N, M]; grid z = K splits, reduced by the
+ * wg_slices_* epilogue (wsf, cnt: v11's workspace) when > 1. The producer
+ * bulk-copies the weights of the first stages, then waits for the token
+ * prepass (griddepcontrol.wait: a programmatic dependent launch), then its
+ * tiles. */
+template <int BN, int ST, bool TR>
 __global__ void __launch_bounds__(P12_THREADS, 1)
     fp4_sm90_prefill12_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                               const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
-                              int N, int K, int KS, float alpha_eff)
+                              int N, int K, int KS, float alpha_eff, float *__restrict__ wsf,
+                              unsigned *__restrict__ cnt)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
     typedef p12_cfg<BN, ST> C;
@@ -150,22 +175,52 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
     const uint32_t sbase = raw + pad;
     const int tid = threadIdx.x;
     const int m0 = blockIdx.x * WG_BM, mt_blk = blockIdx.x;
+    const int S = TR ? (int)gridDim.z : 1;
+    const int ks0 = TR ? (int)(((int64_t)blockIdx.z * KS) / S) : 0;
+    const int KSn = TR ? (int)(((int64_t)(blockIdx.z + 1) * KS) / S) - ks0 : KS;
 
     if (tid == 0) {
         for (int i = 0; i < ST; i++) {
-            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), P12_FULL_COUNT);
+            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), TR ? 1 : P12_FULL_COUNT);
             wg_mbar_init(sbase + (uint32_t)(C::EMPTY_OFF + i * 8), P12_EMPTY_COUNT);
         }
         wg_mbar_init_fence();
     }
     __syncthreads(); /* the only CTA-wide barrier */
 
-    if (tid >= P12_CONSUMERS) { /* producer warpgroup: its first warp works */
+    if (tid >= P12_CONSUMERS) { /* producer warpgroup: its first warp (TR: lane) works */
         p12_setmaxnreg_dec();
-        if (tid >= P12_CONSUMERS + 32) return;
-        const int lane = tid & 31, arow = K / 2;
+        const int lane = tid & 31;
+        if (tid >= P12_CONSUMERS + (TR ? 1 : 32)) return;
+        /* B's tile: BN / 128 workspace blocks (BN = 64: half of one) */
+        const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P12_WS_BLOCK +
+                              (BN < 128 ? (size_t)((blockIdx.y * BN) % 128) * 128 : 0);
+        if (TR) {
+            constexpr uint32_t ABYTES = WG_BM * WG_ROWB + 512;
+            const int pre = KSn < ST ? KSn : ST; /* first uses: no empty wait */
+            for (int ls = 0; ls < KSn; ls++) {
+                const int slot = ls % ST, use = ls / ST;
+                const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
+                const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
+                const size_t blk = (size_t)mt_blk * KS + ks0 + ls;
+                if (use > 0)
+                    wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
+                wg_mbar_expect(full, ABYTES + (uint32_t)(C::NBLK * C::BBYTES));
+                wg_bulk_g2s(a_dst, aq + blk * 4096, 4096, full);
+                wg_bulk_g2s(a_dst + 4096, asf + blk * 512, 512, full);
+                if (ls == pre - 1) {
+                    /* the weights of the first stages are in flight: now the tokens */
+                    asm volatile("griddepcontrol.wait;" ::: "memory");
+                    for (int l2 = 0; l2 < pre; l2++)
+                        p12_copy_b<BN, ST>(sbase, bsrc, KS, ks0 + l2, l2 % ST);
+                } else if (ls >= pre) {
+                    p12_copy_b<BN, ST>(sbase, bsrc, KS, ks0 + ls, slot);
+                }
+            }
+            return;
+        }
+        const int arow = K / 2;
         const bool a16 = (arow % 16) == 0;
-        const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P12_WS_BLOCK;
 #pragma unroll 1
         for (int ls = 0; ls < KS; ls++) {
             const int slot = ls % ST, use = ls / ST;
@@ -174,10 +229,7 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
                 wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
             if (lane == 0) {
                 wg_mbar_expect(full, (uint32_t)(BN * 128));
-#pragma unroll
-                for (int blk = 0; blk < C::NBLK; blk++) /* block nb of k-step ls: (nb * KS + ls) */
-                    wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + blk * P12_WS_BLOCK),
-                                bsrc + ((size_t)blk * KS + ls) * P12_WS_BLOCK, P12_WS_BLOCK, full);
+                p12_copy_b<BN, ST>(sbase, bsrc, KS, ls, slot);
             }
             const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
             p12_load_a(a_dst, a_dst + WG_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ls,
@@ -195,29 +247,52 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
      * control path rewrites the set whose wgmma is in flight (ptxas C7513) */
     int s = 0;
 #pragma unroll 1
-    for (; s + 1 < KS; s += 2) {
+    for (; s + 1 < KSn; s += 2) {
         p12_step<BN, ST>(s, acc, ra, smem, sbase, tid);
         p12_step<BN, ST>(s + 1, acc, rb, smem, sbase, tid);
     }
-    if (s < KS) p12_step<BN, ST>(s, acc, ra, smem, sbase, tid);
+    if (s < KSn) p12_step<BN, ST>(s, acc, ra, smem, sbase, tid);
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
-    wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+    if (!TR) {
+        wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+        return;
+    }
+    const int tok0 = blockIdx.y * BN;
+    if (S > 1) {
+        const float4 *slab = wg_slices_store<BN>(acc, wsf, S, tid);
+        wg_slices_meet(cnt, S, tid);
+        wg_slices_sum<BN>(slab, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
+        return;
+    }
+    /* one split: D [token][weight row] straight from the accumulators (see
+     * wg_slices_store for the fragment's coordinates) */
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3, m = m0 + (tid >> 5) * 16 + g;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int ne = tok0 + 8 * i + 2 * t + (e & 1), me = m + 8 * (e >> 1);
+            if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(acc[4 * i + e] * alpha_eff);
+        }
 #else
     (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
+    (void)wsf, (void)cnt;
     __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
 #endif
 }
 
 /* ---- host side ---------------------------------------------------------------------- */
 
-/* (BN, ring depth); 6 x (32 + 4.5) KB at BN = 256 is v8's ring */
+/* v12's (BN, ring depth); 6 x (32 + 4.5) KB at BN = 256 is v8's ring */
 #define P12_FOR_EACH_CFG(X) X(256, 6) X(256, 5) X(128, 6) X(128, 8)
+/* v13's token tiles and ring depths: v9's and v11's */
+#define P13_FOR_EACH_CFG(X) X(256, 6) X(128, 10) X(64, 12)
 
 fp4_status fp4_sm90_prefill12_init(fp4_err *err)
 {
 #define P12_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill12_kernel<BN_, ST_>,   \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill12_kernel<BN_, ST_, false>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p12_cfg<BN_, ST_>::SMEM));
     P12_FOR_EACH_CFG(P12_SET_SMEM)
@@ -237,20 +312,23 @@ fp4_status fp4_sm90_prefill12_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
     int smem = 0;
 #define P12_PICK(BN_, ST_)                                                                     \
     if (bn == BN_ && stages == ST_)                                                            \
-        kernel = (const void *)fp4_sm90_prefill12_kernel<BN_, ST_>, smem = p12_cfg<BN_, ST_>::SMEM;
+        kernel = (const void *)fp4_sm90_prefill12_kernel<BN_, ST_, false>, smem = p12_cfg<BN_, ST_>::SMEM;
     P12_FOR_EACH_CFG(P12_PICK)
 #undef P12_PICK
     if (!kernel)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90 v12-prefill: no kernel for tile width %d, %d stages", bn, stages);
-    /* fp4_sm90_prefill8_launch_cfg checked the GPU (sm_90, 90a code) */
+    if ((st = fp4_sm90_wgmma_runs_here(kernel, "v12-prefill", err)) != FP4_OK) return st;
     const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
     const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
     const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
     const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
     const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
+    float *no_wsf = NULL;
+    unsigned *no_cnt = NULL;
     void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
-                    (void *)&M, (void *)&N, (void *)&K, (void *)&KS, (void *)&alpha_eff};
+                    (void *)&M,          (void *)&N,       (void *)&K,          (void *)&KS,
+                    (void *)&alpha_eff,  (void *)&no_wsf,  (void *)&no_cnt};
     FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P12_THREADS), args,
                                        (size_t)smem, stream));
     return FP4_OK;
@@ -263,4 +341,46 @@ fp4_status fp4_sm90_prefill12_launch(const fp4_sm90_gemm_args *a, cudaStream_t s
     const char *bn_env = getenv("FP4_SM90_V12_BN"), *st_env = getenv("FP4_SM90_V12_ST");
     return fp4_sm90_prefill12_launch_cfg(a, bn_env ? atoi(bn_env) : 0, st_env ? atoi(st_env) : 0,
                                          stream, err);
+}
+
+/* ==== v13-mid: v11 with v12's main loop ==================================================
+ *
+ * Why: v11's main kernel at 256x2048x6144 is latency-bound like v8's (Nsight
+ * Compute, -s6-dev-call5: 8 warps a SM, 66% of the cycles without an
+ * eligible warp, stalls on the stage wait and the per-step barrier), and
+ * its loads start only after the token prepass (griddepcontrol.wait first).
+ * v13 = v11's host side (fp4_sm90_mid11_launch_with: rule, workspace,
+ * prepass, cooperative + dependent launch) with the TR instantiations of
+ * the kernel above: the producer issues the weights' bulk copies of the
+ * first ST stages before waiting for the prepass. Prediction
+ * (256x2048x6144, v11 20.2 us): main loop -15% as v12's, and about 1 us of
+ * the prepass hidden: ~17 us. */
+
+fp4_status fp4_sm90_mid13_init(fp4_err *err)
+{
+#define P13_SET_SMEM(BN_, ST_)                                                                 \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill12_kernel<BN_, ST_, true>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                                           p12_cfg<BN_, ST_>::SMEM));
+    P13_FOR_EACH_CFG(P13_SET_SMEM)
+#undef P13_SET_SMEM
+    return FP4_OK;
+}
+
+static fp4_status p13_pick(int bn, const void **kernel, int *smem, int *threads, fp4_err *err)
+{
+    *kernel = NULL;
+    *threads = P12_THREADS;
+#define P13_PICK(BN_, ST_)                                                                     \
+    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill12_kernel<BN_, ST_, true>, *smem = p12_cfg<BN_, ST_>::SMEM;
+    P13_FOR_EACH_CFG(P13_PICK)
+#undef P13_PICK
+    if (!*kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v13-mid: no kernel for %d-token tiles", bn);
+    return fp4_sm90_wgmma_runs_here(*kernel, "v13-mid", err);
+}
+
+fp4_status fp4_sm90_mid13_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    return fp4_sm90_mid11_launch_with(a, "v13-mid", p13_pick, stream, err);
 }

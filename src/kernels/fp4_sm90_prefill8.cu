@@ -257,18 +257,7 @@ static __device__ __forceinline__ unsigned long long p6_gtime(void)
 #endif
 
 #ifdef FP4_SM90_HAVE_WGMMA
-/* v11-mid's split-K epilogue (TR, S > 1; the S CTAs of a tile co-resident:
- * cooperative launch), straight from the accumulators (no shared-memory
- * transposition): acc[4 i + e] of thread tid is token 8 i + 2 t + (e & 1),
- * weight row 16 warp + g + 8 (e >> 1) of the tile. 1. Each thread stores its
- * acc[4 i .. 4 i + 3] as one float4 at [i][tid] of this split's slice of the
- * tile's slab (wsf: [tile][S][BN / 8][256] float4s; warp-contiguous, no
- * atomics); 2. per-tile arrival barrier (cnt[2 tile]; one thread's fence and
- * atomic after the CTA barrier, as a grid sync does); 3. CTA z sums the S
- * slices of fragments i in [z (BN / 8) / S, (z + 1) (BN / 8) / S) in split
- * order (deterministic) and writes those D entries; 4. the last CTA to leave
- * re-zeroes both counters (every CTA has passed the barrier by then), so the
- * next launch finds them zero. */
+/* v11-mid's split-K epilogue (TR, S > 1; wg_slices_* in fp4_sm90_wgmma.cuh) */
 template <int BN>
 static __device__ __forceinline__ void p11_slices_reduce(const float *acc, float *__restrict__ wsf,
                                                          unsigned *__restrict__ cnt,
@@ -276,58 +265,11 @@ static __device__ __forceinline__ void p11_slices_reduce(const float *acc, float
                                                          int tok0, int m0, int N, int M,
                                                          float alpha, int tid)
 {
-    constexpr int NI = BN / 8; /* float4 fragments a thread */
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x, z = blockIdx.z;
-    float4 *slab = (float4 *)wsf + (size_t)tile * (size_t)S * (NI * P6_THREADS);
-    float4 *mine = slab + (size_t)z * (NI * P6_THREADS);
-#pragma unroll
-    for (int i = 0; i < NI; i++)
-        __stcg(mine + i * P6_THREADS + tid,
-               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    unsigned *arrive = cnt + 2 * tile, *depart = arrive + 1;
-    __syncthreads(); /* the CTA's stores, then one gpu-scope fence (cumulative) and arrival */
+    float4 *slab = wg_slices_store<BN>(acc, wsf, S, tid);
     P6_STAMP(3);
-    if (tid == 0) {
-        __threadfence();
-        atomicAdd(arrive, 1u);
-        while (ld_acquire_gpu(arrive) < (unsigned)S) __nanosleep(64);
-    }
-    __syncthreads();
+    wg_slices_meet(cnt, S, tid);
     P6_STAMP(5);
-    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int m = m0 + (tid >> 5) * 16 + g; /* weight row of e = 0, 1 (e = 2, 3: m + 8) */
-    const int i0 = z * NI / S, i1 = (z + 1) * NI / S;
-    for (int ib = i0; ib < i1; ib += 4) {
-        float4 sum[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-        for (int q = 0; q < S; q++) { /* 4 (8 unrolled) loads in flight a thread */
-            const float4 *src = slab + (size_t)q * (NI * P6_THREADS) + tid;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (ib + j < i1) {
-                    const float4 v = __ldcg(src + (ib + j) * P6_THREADS);
-                    sum[j].x += v.x, sum[j].y += v.y, sum[j].z += v.z, sum[j].w += v.w;
-                }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int n = tok0 + 8 * (ib + j) + 2 * t; /* token of e = 0, 2 (e = 1, 3: n + 1) */
-            if (ib + j >= i1) continue;
-            const float v[4] = {sum[j].x, sum[j].y, sum[j].z, sum[j].w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ne = n + (e & 1), me = m + 8 * (e >> 1);
-                if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(v[e] * alpha);
-            }
-        }
-    }
-    __syncthreads();
-    if (tid == 0 && atomicAdd(depart, 1u) == (unsigned)(S - 1)) {
-        *arrive = 0u;
-        *depart = 0u;
-    }
+    wg_slices_sum<BN>(slab, cnt, d, S, tok0, m0, N, M, alpha, tid);
 }
 #endif
 
@@ -528,7 +470,7 @@ fp4_status fp4_sm90_prefill8_init(fp4_err *err)
 
 /* FP4_OK when the current device is sm_90 and this build holds machine code for
  * it (the 90a target): elsewhere the kernels are traps. */
-static fp4_status p6_runs_here(const void *kernel, const char *name, fp4_err *err)
+fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_err *err)
 {
     int dev = 0, maj = 0, min = 0;
     FP4_CUDA_TRY(err, cudaGetDevice(&dev));
@@ -577,7 +519,7 @@ fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90 v8-prefill: no kernel for tile width %d%s, %d stages, %s", bn,
                         two_per_sm ? " x2" : "", stages, bulk ? "bulk copies" : "cp.async");
-    fp4_status st = p6_runs_here(kernel, "v8-prefill", err);
+    fp4_status st = fp4_sm90_wgmma_runs_here(kernel, "v8-prefill", err);
     if (st != FP4_OK) return st;
 
     const int KS = (int)p6_ks(a->k);
@@ -845,7 +787,7 @@ static fp4_status p9_pick(int bn, bool slices, const char *name, const void **ke
 #undef P9_PICK
     if (!*kernel)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 %s: no kernel for %d-token tiles", name, bn);
-    return p6_runs_here(*kernel, name, err);
+    return fp4_sm90_wgmma_runs_here(*kernel, name, err);
 }
 
 /* v9's and v11's argument checks: the shape fits, the workspace is there,
@@ -970,17 +912,25 @@ fp4_status fp4_sm90_mid11_init(fp4_err *err)
     return FP4_OK;
 }
 
-fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+/* v11's main kernel for bn-token tiles (fp4_sm90_mid11_pick_fn) */
+static fp4_status p11_pick(int bn, const void **kernel, int *smem, int *threads, fp4_err *err)
 {
-    fp4_status st = p9_check_args(a, "v11-mid", fp4_sm90_mid11_ws_size(a->m, a->n, a->k), err);
+    *threads = P6_THREADS;
+    return p9_pick(bn, true, "v11-mid", kernel, smem, err);
+}
+
+fp4_status fp4_sm90_mid11_launch_with(const fp4_sm90_gemm_args *a, const char *name,
+                                      fp4_sm90_mid11_pick_fn pick, cudaStream_t stream, fp4_err *err)
+{
+    fp4_status st = p9_check_args(a, name, fp4_sm90_mid11_ws_size(a->m, a->n, a->k), err);
     if (st != FP4_OK) return st;
     int bn = 0, slab_bn = 0;
     const int splits = p11_splits(a->m, a->n, a->k, a->num_sms, a->splits, &bn);
     int64_t tiles = 0;
     const size_t slabs = p11_slab_bytes(a->m, a->n, a->k, &slab_bn, &tiles);
     const void *kernel = NULL;
-    int smem = 0;
-    if ((st = p9_pick(bn, true, "v11-mid", &kernel, &smem, err)) != FP4_OK) return st;
+    int smem = 0, threads = 0;
+    if ((st = pick(bn, &kernel, &smem, &threads, err)) != FP4_OK) return st;
 
     uint8_t *ws = (uint8_t *)a->workspace;
     float *wsf = (float *)(ws + P9_ALIGN(p9_tok_bytes(a->m, a->k)));
@@ -991,7 +941,7 @@ fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t strea
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((a->n + P6_BM - 1) / P6_BM), (unsigned)((a->m + bn - 1) / bn),
                        (unsigned)splits);
-    cfg.blockDim = dim3(P6_THREADS);
+    cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
@@ -1014,6 +964,11 @@ fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t strea
                     (void *)&alpha_eff, (void *)&wsf, (void *)&cnt};
     FP4_CUDA_TRY(err, cudaLaunchKernelExC(&cfg, kernel, args));
     return FP4_OK;
+}
+
+fp4_status fp4_sm90_mid11_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    return fp4_sm90_mid11_launch_with(a, "v11-mid", p11_pick, stream, err);
 }
 
 #ifdef P6_DEV_STAMPS

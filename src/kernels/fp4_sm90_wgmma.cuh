@@ -1,10 +1,12 @@
 /* Device helpers shared by the wgmma kernels (v5-prefill in
- * fp4_sm90_prefill5.cu, v8-prefill and v9-mid in fp4_sm90_prefill8.cu; the
+ * fp4_sm90_prefill5.cu, v8-prefill, v9-mid and v11-mid in fp4_sm90_prefill8.cu,
+ * v12 and v13 in fp4_sm90_prefill12.cu; the
  * cp.async and bulk-copy helpers also by v2, v7 and v10): cp.async, the
  * wgmma fences / commit / wait, the 128-byte-swizzle shared-memory descriptor,
  * the m64nNk16 f16 wgmma with A from registers, the loads of A's raw tile, A's
  * register fragment and the dequantization of B's packed code words into the
- * fp16 rows of a swizzled B tile. Include from .cu files only.
+ * fp16 rows of a swizzled B tile, the split-K slices epilogue. Include from
+ * .cu files only.
  *
  * Both kernels work on 128 (m) x BN (n) x 64 (k) CTA tiles with 256 threads
  * (two warpgroups of 64 rows). The 64 k of a step are permuted the same way for
@@ -334,6 +336,98 @@ static __device__ __forceinline__ void wg_store_d(const float *acc, __nv_bfloat1
         }
     }
 }
+
+/* ---- split-K slices epilogue (v11-mid, v13-mid) ----------------------------------------
+ * The S CTAs of a tile (grid.z; co-resident: cooperative launch) reduce their
+ * fp32 partial tiles straight from the accumulators (no shared-memory
+ * transposition): acc[4 i + e] of consumer thread tid is token 8 i + 2 t +
+ * (e & 1), weight row 16 warp + g + 8 (e >> 1) of the tile. 1. store: each
+ * thread writes its acc[4 i .. 4 i + 3] as one float4 at [i][tid] of this
+ * split's slice of the tile's slab (wsf: [tile][S][BN / 8][256] float4s;
+ * warp-contiguous, no atomics); 2. meet: per-tile arrival barrier (cnt[2
+ * tile]; one thread's fence and atomic after the consumers' barrier, as a
+ * grid sync does); 3. sum: CTA z sums the S slices of fragments i in
+ * [z (BN / 8) / S, (z + 1) (BN / 8) / S) in split order (deterministic),
+ * writes those D entries, and the last CTA to leave re-zeroes both counters
+ * (every CTA has passed the barrier by then), so the next launch finds them
+ * zero. Barriers: named barrier 1 over the 256 consumer threads (the whole
+ * CTA in v11; v13's producer warp does not take part). */
+static __device__ __forceinline__ void wg_consumers_sync(void)
+{
+    asm volatile("bar.sync 1, %0;" ::"n"(WG_THREADS) : "memory");
+}
+
+template <int BN>
+static __device__ __forceinline__ float4 *wg_slices_store(const float *acc, float *__restrict__ wsf,
+                                                          int S, int tid)
+{
+    constexpr int NI = BN / 8; /* float4 fragments a thread */
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    float4 *slab = (float4 *)wsf + (size_t)tile * (size_t)S * (NI * WG_THREADS);
+    float4 *mine = slab + (size_t)blockIdx.z * (NI * WG_THREADS);
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+        __stcg(mine + i * WG_THREADS + tid,
+               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    wg_consumers_sync(); /* the CTA's stores, then one gpu-scope fence (cumulative) and arrival */
+    return slab;
+}
+
+static __device__ __forceinline__ void wg_slices_meet(unsigned *__restrict__ cnt, int S, int tid)
+{
+    unsigned *arrive = cnt + 2 * (blockIdx.y * gridDim.x + blockIdx.x);
+    if (tid == 0) {
+        __threadfence();
+        atomicAdd(arrive, 1u);
+        while (ld_acquire_gpu(arrive) < (unsigned)S) __nanosleep(64);
+    }
+    wg_consumers_sync();
+}
+
+template <int BN>
+static __device__ __forceinline__ void wg_slices_sum(const float4 *slab, unsigned *__restrict__ cnt,
+                                                     __nv_bfloat16 *__restrict__ d, int S, int tok0,
+                                                     int m0, int N, int M, float alpha, int tid)
+{
+    constexpr int NI = BN / 8;
+    const int z = blockIdx.z;
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int m = m0 + (tid >> 5) * 16 + g; /* weight row of e = 0, 1 (e = 2, 3: m + 8) */
+    const int i0 = z * NI / S, i1 = (z + 1) * NI / S;
+    for (int ib = i0; ib < i1; ib += 4) {
+        float4 sum[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+        for (int q = 0; q < S; q++) { /* 4 (8 unrolled) loads in flight a thread */
+            const float4 *src = slab + (size_t)q * (NI * WG_THREADS) + tid;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (ib + j < i1) {
+                    const float4 v = __ldcg(src + (ib + j) * WG_THREADS);
+                    sum[j].x += v.x, sum[j].y += v.y, sum[j].z += v.z, sum[j].w += v.w;
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = tok0 + 8 * (ib + j) + 2 * t; /* token of e = 0, 2 (e = 1, 3: n + 1) */
+            if (ib + j >= i1) continue;
+            const float v[4] = {sum[j].x, sum[j].y, sum[j].z, sum[j].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ne = n + (e & 1), me = m + 8 * (e >> 1);
+                if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(v[e] * alpha);
+            }
+        }
+    }
+    wg_consumers_sync();
+    unsigned *arrive = cnt + 2 * (blockIdx.y * gridDim.x + blockIdx.x), *depart = arrive + 1;
+    if (tid == 0 && atomicAdd(depart, 1u) == (unsigned)(S - 1)) {
+        *arrive = 0u;
+        *depart = 0u;
+    }
+}
+
 #endif /* FP4_SM90_HAVE_WGMMA */
 
 /* ---- B: packed code word -> 16 bytes of a swizzled fp16 B row ------------------------ */
