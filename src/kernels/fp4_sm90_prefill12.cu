@@ -72,37 +72,6 @@ static __device__ __forceinline__ void p12_cp_arrive(uint32_t bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
-/* The producer warp's share of stage ls: A's 128 rows x 32 code bytes (zero
- * past M and K) and its 512-byte scale tile, by the 32 lanes (wg_load_a's
- * layout, with 32 threads instead of 256). a16: the row length K/2 is a
- * multiple of 16 bytes. */
-static __device__ __forceinline__ void p12_load_a(uint32_t a_dst, uint32_t asf_dst,
-                                                  const uint8_t *__restrict__ aq,
-                                                  const uint8_t *__restrict__ asf, int M, int arow,
-                                                  bool a16, int m0, int mt_blk, int KS, int ls,
-                                                  int lane)
-{
-    const int kbyte = ls * WG_ROWB;
-    if (a16) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) { /* 256 chunks of 16 bytes */
-            const int idx = lane + 32 * i, r = idx >> 1, c = (idx & 1) * 16, m = m0 + r;
-            const bool ok = m < M && kbyte + c < arow;
-            wg_cp16(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
-                    ok ? 16 : 0);
-        }
-    } else {
-#pragma unroll 4
-        for (int i = 0; i < 16; i++) { /* 512 chunks of 8 bytes */
-            const int idx = lane + 32 * i, r = idx >> 2, c = (idx & 3) * 8, m = m0 + r;
-            const bool ok = m < M && kbyte + c < arow;
-            wg_cp8(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
-                   ok ? 8 : 0);
-        }
-    }
-    wg_cp16(asf_dst + (uint32_t)(lane * 16), asf + ((size_t)mt_blk * KS + ls) * 512 + lane * 16, 16);
-}
-
 static __device__ __forceinline__ void p12_setmaxnreg_inc(void)
 {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(P12_REGS_CONSUMER));
@@ -232,8 +201,8 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
                 p12_copy_b<BN, ST>(sbase, bsrc, KS, ls, slot);
             }
             const uint32_t a_dst = sbase + (uint32_t)(C::A_BASE + slot * C::ASTAGE);
-            p12_load_a(a_dst, a_dst + WG_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ls,
-                       lane);
+            wg_load_a<32>(a_dst, a_dst + WG_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ls,
+                          lane);
             p12_cp_arrive(full);
         }
         wg_cp_wait<0>(); /* leave no copy of mine in flight */

@@ -101,7 +101,7 @@ static __device__ __forceinline__ void p5_load_stage(
     int m0, int mt_blk, int nb0, int tid)
 {
     typedef p5_cfg<BN> C;
-    wg_load_a(so + (uint32_t)C::A_OFF, so + (uint32_t)C::ASF_OFF, aq, asf, M, arow, a16, m0, mt_blk,
+    wg_load_a<WG_THREADS>(so + (uint32_t)C::A_OFF, so + (uint32_t)C::ASF_OFF, aq, asf, M, arow, a16, m0, mt_blk,
               KS, ls, tid);
 #pragma unroll
     for (int i = 0; i < BN / 128; i++) {

@@ -173,7 +173,7 @@ static __device__ __forceinline__ void p6_load_stage(
     if (TR) /* v9's packed weights: the 4 KB of (tile, k-step) are contiguous, no tails */
         p9_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, mt_blk, KS, ks0 + ls, tid);
     else
-        wg_load_a(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ks0 + ls, tid);
+        wg_load_a<WG_THREADS>(a_dst, a_dst + P6_BM * WG_ROWB, aq, asf, M, arow, a16, m0, mt_blk, KS, ks0 + ls, tid);
     if (BULK) {
         if (tid == 0 && !(P6_DEV_ABLATE & 1)) {
             const uint32_t bar = sbase + (uint32_t)(C::BAR_OFF + slot * 8);

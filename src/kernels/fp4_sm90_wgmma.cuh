@@ -239,9 +239,11 @@ static __device__ __forceinline__ void wg_mma_step(float *acc, const uint32_t *a
 /* ---- A: raw tile loads and the register fragment ------------------------------------- */
 
 /* Issue the cp.asyncs of A's step ls: 128 rows x 32 code bytes into a_dst
- * (row r at r * 32) and, by threads 0..31, the 512-byte swizzled scale tile
- * (m-tile mt_blk, k-step ls) into asf_dst. Rows past M and bytes past K read
+ * (row r at r * 32) and the 512-byte swizzled scale tile (m-tile mt_blk,
+ * k-step ls) into asf_dst, shared by NTHR threads (tid < NTHR: 256, the CTA
+ * of v5 / v8; 32, v12's producer warp). Rows past M and bytes past K read
  * nothing and are zero-filled. a16: row length (K/2) is a multiple of 16. */
+template <int NTHR>
 static __device__ __forceinline__ void wg_load_a(uint32_t a_dst, uint32_t asf_dst,
                                                  const uint8_t *__restrict__ aq,
                                                  const uint8_t *__restrict__ asf, int M, int arow,
@@ -250,20 +252,20 @@ static __device__ __forceinline__ void wg_load_a(uint32_t a_dst, uint32_t asf_ds
 {
     const int kbyte = ls * WG_ROWB;
     if (a16) {
-        const int r = tid >> 1, c = (tid & 1) * 16;
-        const int m = m0 + r;
-        const bool ok = m < M && kbyte + c < arow;
-        const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-        wg_cp16(a_dst + (uint32_t)(r * WG_ROWB + c), src, ok ? 16 : 0);
-    } else {
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int idx = tid + i * WG_THREADS;
-            const int r = idx >> 2, c = (idx & 3) * 8;
-            const int m = m0 + r;
+        for (int i = 0; i < 256 / NTHR; i++) { /* 256 chunks of 16 bytes */
+            const int idx = tid + i * NTHR, r = idx >> 1, c = (idx & 1) * 16, m = m0 + r;
             const bool ok = m < M && kbyte + c < arow;
-            const uint8_t *src = ok ? aq + (size_t)m * arow + kbyte + c : aq;
-            wg_cp8(a_dst + (uint32_t)(r * WG_ROWB + c), src, ok ? 8 : 0);
+            wg_cp16(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
+                    ok ? 16 : 0);
+        }
+    } else {
+#pragma unroll 4
+        for (int i = 0; i < 512 / NTHR; i++) { /* 512 chunks of 8 bytes */
+            const int idx = tid + i * NTHR, r = idx >> 2, c = (idx & 3) * 8, m = m0 + r;
+            const bool ok = m < M && kbyte + c < arow;
+            wg_cp8(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
+                   ok ? 8 : 0);
         }
     }
     if (tid < 32)
