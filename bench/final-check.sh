@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
 # Short recorded call for the end of a session with little device time: build,
-# the fp4-sm90 and quantizer GPU tests (every variant forced), the issue-4
+# the fp4-sm90 and quantizer GPU tests (every variant forced), racecheck of
+# the variants in RACE, the issue-4
 # targets, the M sweep (optional: SWEEP=0 skips it) and the prefill shapes
 # around the decode/prefill switch (PREFILL_M=0 skips them). Output under $OUT.
 set -uo pipefail
 source bench/dev-build.sh
 B=./build-dev/fp4bench
 $B --version | head -1
+# the GPU tests first: what a cut-short call returns is then the correctness
+for t in gpu_fp4_sm90 gpu_quantize; do
+  timeout ${TEST_TIMEOUT:-150} ./build-dev/tests/$t >"$OUT/$t.txt" 2>&1
+  echo "$t: exit $?"; tail -1 "$OUT/$t.txt"
+done
+# RACE="v13-mid:3 v12-prefill:0": racecheck of variants (forced) with a K split
+# count (0: the rule's) on tail shapes that reuse ring slots
+for vs in ${RACE:-}; do
+  FP4_SM90_SPLITK=${vs#*:} FP4_SM90_KERNEL=${vs%%:*} timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    $B run --backend fp4-sm90 --shape 17x768x2880,129x1001x2880 --verify-only --quiet --no-ceilings >/tmp/race.log 2>&1
+  echo "racecheck ${vs%%:*} splits ${vs#*:}: exit $? ($(grep -c "RACECHECK SUMMARY: 0 hazards" /tmp/race.log) clean summaries)"
+  grep -E "RACECHECK SUMMARY|Race reported" /tmp/race.log | sort | uniq -c | sort -rn | head -4
+done
 $B run --preset targets --json "$OUT/targets.json" --quiet --max-time ${MAXT:-2} \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90,w4a4-sm90,quantize | grep -E "ceilings|fp4-sm90"
 # variants forced on chosen shapes, same rounds with the baselines, one JSON each:
@@ -15,10 +29,6 @@ for vs in ${FORCED:-}; do
   v=${vs%%:*}; shapes=${vs#*:}
   FP4_SM90_KERNEL=$v timeout 120 $B run --shape "$shapes" --json "$OUT/forced-$v.json" --quiet --max-time 1 \
     --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep -E "fp4-sm90" | sed "s/^/[$v] /"
-done
-for t in gpu_fp4_sm90 gpu_quantize; do
-  timeout ${TEST_TIMEOUT:-150} ./build-dev/tests/$t >"$OUT/$t.txt" 2>&1
-  echo "$t: exit $?"; tail -1 "$OUT/$t.txt"
 done
 [ "${SWEEP:-1}" = 1 ] && $B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 1 \
    --no-ceilings --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90 | head -40

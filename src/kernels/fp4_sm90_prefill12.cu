@@ -20,8 +20,8 @@
  * a scheduler: the launch fails.) Per ring slot two mbarriers:
  * full (33 arrivals: the producer lanes' cp.async.mbarrier.arrive.noinc once
  * their copies of A's codes and scales land, plus lane 0's arrive.expect_tx
- * for B's bulk copy bytes) and empty (8 arrivals: lane 0 of each consumer
- * warp once the wgmmas that read the slot retired). No CTA-wide barrier in
+ * for B's bulk copy bytes) and empty (256 arrivals: every consumer
+ * thread once the wgmmas that read the slot retired). No CTA-wide barrier in
  * the loop: each warpgroup runs at its own pace, the producer up to ST - 1
  * k-steps ahead of the slower one. Consumer step s: wait full[s % ST],
  * dequantize A into the free register set, issue 4 wgmmas, commit, wait until
@@ -49,7 +49,7 @@
 #define P12_REGS_PRODUCER 40
 #define P12_WS_BLOCK 16384 /* v8's workspace block: 128 rows x 128 bytes of one k-step */
 #define P12_FULL_COUNT 33  /* 32 producer lanes' cp.async arrivals + lane 0's expect_tx */
-#define P12_EMPTY_COUNT 8  /* lane 0 of each consumer warp */
+#define P12_EMPTY_COUNT 256 /* every consumer thread (see p12_step) */
 
 /* shared-memory map: [ST B tiles of BN x 128 bytes][ST x (A codes 4096, A
  * scales 512)][ST full mbarriers][ST empty mbarriers] */
@@ -110,9 +110,10 @@ static __device__ __forceinline__ void p12_step(int s, float *acc, uint32_t *acu
     wg_mma_step<BN>(acc, acur, sbase + (uint32_t)(slot * C::BTILE), s == 0);
     wg_commit();
     wg_wait<1>(); /* step s - 1 retired: its slot is free */
-    __syncwarp(); /* the warp's reads of the slot's A bytes, before lane 0 releases it */
-    if (s > 0 && (tid & 31) == 0)
-        wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((s - 1) % ST) * 8));
+    /* every thread releases its own reads of the slot (its release arrive
+     * orders them): session 7's first version had lane 0 of a warp release
+     * after __syncwarp, and racecheck reported hazards on reused slots */
+    if (s > 0) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((s - 1) % ST) * 8));
 }
 #endif
 
