@@ -27,9 +27,16 @@
  * dequantize A into the free register set, issue 4 wgmmas, commit, wait until
  * only they are in flight (step s - 1 retired), release slot (s - 1) % ST.
  * Same operands and wgmma order as v8: results bit-identical to v8's.
+ * (v13, TR below: the full barrier takes lane 0's expect_tx only; A comes by
+ * bulk copies too.)
  * Prediction: the tensor pipe busy ~90% instead of 79% (the
  * per-step barrier's idle gone): main kernel ~13% faster, 1.10x v8 end to end
  * at 4096x2048x6144 (the prepass unchanged).
+ * Measured (docs/PERF.md, bench/results/2026-12-02-h200-s7-dev-call4/):
+ * refuted. v12 is 16-19% slower than v8 (tensor pipe 65% busy; the consumers
+ * stall at the full barriers: one warp's cp.asyncs of A do not keep ahead),
+ * v13 runs at v11's speed (-6..+5%). Neither is in the rule; kept as the
+ * evidence that the A dequantization, not the lock step, bounds v8 and v11.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
