@@ -421,8 +421,8 @@ int main(void)
     test_splits(ops, inst, FP4_SM90_V11_MID, v9_split_shapes, 3);
     test_shapes(ops, inst, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     /* v13-mid: the same as v11 (its host side), and every token tile width
-     * forced on a split and an unsplit shape (fewer k-steps than the ring
-     * holds: K = 48, 640) */
+     * forced on a 6144- and a 640-deep shape (10 k-steps: fewer than the
+     * 128- and 64-token rings hold, more than the 256-token ring) */
     test_splits(ops, inst, FP4_SM90_V13_MID, v9_split_shapes, 3);
     test_shapes(ops, inst, FP4_SM90_V13_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     static const char *v13_bns[] = {"64", "128", "256"};
@@ -433,8 +433,8 @@ int main(void)
     }
     unsetenv("FP4_SM90_V11_BN");
     /* v12-prefill: each tile width and ring depth (FP4_SM90_V12_BN, _ST) on
-     * K with a partial last k-step and rows not a multiple of 16 bytes (48,
-     * 2880: cp.async of 8 bytes), more k-steps than the ring holds (6144),
+     * K = 48 (one k-step of three k-blocks, rows of 24 bytes: 8-byte
+     * cp.asyncs), more k-steps than the ring holds (640, 2880, 6144),
      * several m and n tiles with partial last ones (300, 1000, 2000), N odd;
      * bit-identical to v8 is not asserted here (the reference is) */
     static const int64_t v12_shapes[][3] = {
