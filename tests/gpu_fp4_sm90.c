@@ -160,11 +160,80 @@ static void compare(const float *d, const float *r, size_t n, const char *what)
     CHECK_MSG(rel_norm <= 5e-3, "%s: normwise error %.3g", what, rel_norm);
 }
 
-static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64_t m, int64_t n,
-                      int64_t k)
-{
-    fp4_err err;
+/* Random problems and their exact references, kept for the shapes that
+ * come back (every variant runs the same shapes: the CPU reference of the
+ * larger ones costs seconds); owned by main's tester, freed at its end. */
+#define PROBLEM_CACHE 32 /* more than a variant's cyclic list: round robin would thrash */
+typedef struct cached_problem {
+    int64_t m, n, k; /* m == 0: empty */
     fp4_matrix a, b;
+    float *ref;
+} cached_problem;
+
+typedef struct gemm_tester {
+    const fp4_backend_ops *ops;
+    void *inst;
+    cached_problem cache[PROBLEM_CACHE];
+    int next; /* round-robin eviction */
+} gemm_tester;
+
+static void problem_free(cached_problem *p)
+{
+    if (p->m == 0) return;
+    fp4_matrix_free(&p->a);
+    fp4_matrix_free(&p->b);
+    free(p->ref);
+    p->m = 0;
+}
+
+/* the cached problem of this shape, or a new one; NULL on failure (checked) */
+static const cached_problem *problem_get(gemm_tester *t, int64_t m, int64_t n, int64_t k)
+{
+    for (int i = 0; i < PROBLEM_CACHE; i++)
+        if (t->cache[i].m == m && t->cache[i].n == n && t->cache[i].k == k) return &t->cache[i];
+    cached_problem *p = &t->cache[t->next];
+    t->next = (t->next + 1) % PROBLEM_CACHE;
+    problem_free(p);
+    fp4_err err;
+    float *xa = malloc((size_t)m * (size_t)k * 4), *xb = malloc((size_t)n * (size_t)k * 4);
+    p->ref = malloc((size_t)m * (size_t)n * 4);
+    int ok = xa && xb && p->ref;
+    CHECK(ok);
+    if (ok) {
+        for (int64_t i = 0; i < m * k; i++) xa[i] = gaussian();
+        for (int64_t i = 0; i < n * k; i++) xb[i] = gaussian();
+        ok = fp4_quantize_f32(xa, m, k, 0.0f, &p->a, &err) == FP4_OK;
+        CHECK(ok);
+        if (ok) {
+            ok = fp4_quantize_f32(xb, n, k, 0.0f, &p->b, &err) == FP4_OK;
+            CHECK(ok);
+            if (!ok) fp4_matrix_free(&p->a);
+        }
+        if (ok) {
+            ok = fp4_gemm_reference(&p->a, &p->b, p->a.global_scale * p->b.global_scale, p->ref, 0,
+                                    &err) == FP4_OK;
+            CHECK(ok);
+            if (!ok) {
+                fp4_matrix_free(&p->a);
+                fp4_matrix_free(&p->b);
+            }
+        }
+    }
+    free(xa);
+    free(xb);
+    if (!ok) {
+        free(p->ref);
+        return NULL;
+    }
+    p->m = m, p->n = n, p->k = k;
+    return p;
+}
+
+static void test_gemm(gemm_tester *t, int variant, int64_t m, int64_t n, int64_t k)
+{
+    const fp4_backend_ops *ops = t->ops;
+    void *inst = t->inst;
+    fp4_err err;
     char what[160];
     const fp4_sm90_variant *v = fp4_sm90_variant_by_id(variant);
     /* development filter: GPU_FP4_SM90_ONLY=<number> tests one variant (main says so) */
@@ -172,23 +241,21 @@ static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64
     if (only && atoi(only) != variant) return;
     snprintf(what, sizeof what, "%s (%lld, %lld, %lld)", v ? v->name : "?", (long long)m,
              (long long)n, (long long)k);
-    float *xa = malloc((size_t)m * (size_t)k * 4), *xb = malloc((size_t)n * (size_t)k * 4);
-    float *ref = malloc((size_t)m * (size_t)n * 4), *got = malloc((size_t)m * (size_t)n * 4);
-    CHECK(xa && xb && ref && got);
-    if (!xa || !xb || !ref || !got) goto out_free;
-    for (int64_t i = 0; i < m * k; i++) xa[i] = gaussian();
-    for (int64_t i = 0; i < n * k; i++) xb[i] = gaussian();
-    CHECK(fp4_quantize_f32(xa, m, k, 0.0f, &a, &err) == FP4_OK);
-    CHECK(fp4_quantize_f32(xb, n, k, 0.0f, &b, &err) == FP4_OK);
-
+    const cached_problem *cp = problem_get(t, m, n, k);
+    float *got = malloc((size_t)m * (size_t)n * 4);
+    CHECK(cp && got);
+    if (!cp || !got) {
+        free(got);
+        return;
+    }
+    const float *ref = cp->ref;
     fp4_gemm_problem pr;
     pr.shape.m = m;
     pr.shape.n = n;
     pr.shape.k = k;
-    pr.a = &a;
-    pr.b = &b;
-    pr.alpha = a.global_scale * b.global_scale;
-    CHECK(fp4_gemm_reference(&a, &b, pr.alpha, ref, 0, &err) == FP4_OK);
+    pr.a = &cp->a;
+    pr.b = &cp->b;
+    pr.alpha = cp->a.global_scale * cp->b.global_scale;
 
     setenv("FP4_SM90_KERNEL", v->name, 1); /* read by prepare */
     void *plan = NULL;
@@ -235,12 +302,6 @@ static void test_gemm(const fp4_backend_ops *ops, void *inst, int variant, int64
         ops->release(plan);
     }
     unsetenv("FP4_SM90_KERNEL");
-    fp4_matrix_free(&a);
-    fp4_matrix_free(&b);
-out_free:
-    free(xa);
-    free(xb);
-    free(ref);
     free(got);
 }
 
@@ -277,26 +338,27 @@ static void test_rejects(void)
 /* variant forced with each of the split counts 1, 3 and 45 (FP4_SM90_SPLITK:
  * one split writes D directly, several go through the workspace, 45 is more
  * than most shapes' k-steps) on the ns shapes */
-static void test_splits(const fp4_backend_ops *ops, void *inst, int variant,
+static void test_splits(gemm_tester *t, int variant,
                         const int64_t (*shapes)[3], size_t ns)
 {
     static const char *splits[] = {"1", "3", "45"};
     for (int i = 0; i < 3; i++) {
         setenv("FP4_SM90_SPLITK", splits[i], 1);
-        for (size_t j = 0; j < ns; j++) test_gemm(ops, inst, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
+        for (size_t j = 0; j < ns; j++) test_gemm(t, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
     }
     unsetenv("FP4_SM90_SPLITK");
 }
 
 /* every shape of the list with variant forced */
-static void test_shapes(const fp4_backend_ops *ops, void *inst, int variant,
+static void test_shapes(gemm_tester *t, int variant,
                         const int64_t (*shapes)[3], size_t ns)
 {
-    for (size_t j = 0; j < ns; j++) test_gemm(ops, inst, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
+    for (size_t j = 0; j < ns; j++) test_gemm(t, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
 }
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a killed run still shows how far it got */
     int count = 0, major = 0, minor = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("gpu_fp4_sm90: skipped: no CUDA device\n");
@@ -314,6 +376,10 @@ int main(void)
     fp4_status st = ops->open(&inst, &err);
     CHECK_MSG(st == FP4_OK, "open: %s", fp4_err_text(&err));
     if (st != FP4_OK) return check_finish("gpu_fp4_sm90");
+    gemm_tester tester;
+    memset(&tester, 0, sizeof tester);
+    tester.ops = ops;
+    tester.inst = inst;
 
     if (getenv("GPU_FP4_SM90_ONLY"))
         printf("gpu_fp4_sm90: only variant %s is tested (GPU_FP4_SM90_ONLY)\n", getenv("GPU_FP4_SM90_ONLY"));
@@ -338,68 +404,68 @@ int main(void)
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
                             FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
                             FP4_SM90_V10_DECODE, FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL,
-                            FP4_SM90_V13_MID};
+                            FP4_SM90_V13_MID, FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            test_gemm(ops, inst, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
+            test_gemm(&tester, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
     /* decode with forced split counts, and a multi-chunk M (3 token chunks) */
     setenv("FP4_SM90_SPLITK", "1", 1);
-    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 16, 768, 2880);
+    test_gemm(&tester, FP4_SM90_V1_DECODE, 16, 768, 2880);
     setenv("FP4_SM90_SPLITK", "45", 1);
-    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 16, 768, 2880);
+    test_gemm(&tester, FP4_SM90_V1_DECODE, 16, 768, 2880);
     unsetenv("FP4_SM90_SPLITK");
-    test_gemm(ops, inst, FP4_SM90_V1_DECODE, 150, 2048, 6144);
+    test_gemm(&tester, FP4_SM90_V1_DECODE, 150, 2048, 6144);
     /* v3-decode: forced splits (1, 3, the cluster maximum 8, and more than 8,
      * which is clamped), each block shape (FP4_SM90_V3_RP), the target shapes,
      * several token chunks, N not a multiple of the row block */
     static const char *v3_splits[] = {"1", "3", "8", "45"};
     for (int i = 0; i < 4; i++) {
         setenv("FP4_SM90_SPLITK", v3_splits[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 16, 768, 2880);
+        test_gemm(&tester, FP4_SM90_V3_DECODE, 16, 768, 2880);
     }
     unsetenv("FP4_SM90_SPLITK");
     static const char *v3_rps[] = {"1", "2", "4"};
     for (int i = 0; i < 3; i++) {
         setenv("FP4_SM90_V3_RP", v3_rps[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 17, 200, 2880);
-        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 64, 2048, 6144);
-        test_gemm(ops, inst, FP4_SM90_V3_DECODE, 129, 8, 48);
+        test_gemm(&tester, FP4_SM90_V3_DECODE, 17, 200, 2880);
+        test_gemm(&tester, FP4_SM90_V3_DECODE, 64, 2048, 6144);
+        test_gemm(&tester, FP4_SM90_V3_DECODE, 129, 8, 48);
     }
     unsetenv("FP4_SM90_V3_RP");
     static const int64_t v3_shapes[][3] = {
         {64, 2048, 6144}, {256, 2048, 6144}, {16, 768, 6144}, {150, 2048, 6144}, {16, 8192, 8192},
     };
-    test_shapes(ops, inst, FP4_SM90_V3_DECODE, v3_shapes, sizeof v3_shapes / sizeof v3_shapes[0]);
+    test_shapes(&tester, FP4_SM90_V3_DECODE, v3_shapes, sizeof v3_shapes / sizeof v3_shapes[0]);
 
     /* v4-decode: forced splits (1 writes D directly, 3 and 45 go through the
      * workspace and the arrival counters), every (tiles, token tiles) shape,
      * several token chunks, the target shapes */
     static const int64_t v4_split_shapes[][3] = {{16, 768, 2880}, {5, 200, 6144}};
-    test_splits(ops, inst, FP4_SM90_V4_DECODE, v4_split_shapes, 2);
+    test_splits(&tester, FP4_SM90_V4_DECODE, v4_split_shapes, 2);
     static const int64_t v4_shapes[][3] = {
         {8, 2048, 6144},  {32, 200, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
         {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},
     };
-    test_shapes(ops, inst, FP4_SM90_V4_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
+    test_shapes(&tester, FP4_SM90_V4_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
 
     /* v6-decode: forced splits (1, 3, 45: several staging chunks a block at
      * 1 and 3, clamped to K's k-steps at 45), every token-tile count (M up to
      * 8, 16, 32, 64 tokens a chunk), several chunks, a last row block past the
      * 64-row padding (N = 200, 2000), the target shapes */
     static const int64_t v6_split_shapes[][3] = {{16, 768, 2880}, {64, 200, 6144}, {5, 2000, 2880}};
-    test_splits(ops, inst, FP4_SM90_V6_DECODE, v6_split_shapes, 3);
-    test_shapes(ops, inst, FP4_SM90_V6_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
-    test_gemm(ops, inst, FP4_SM90_V6_DECODE, 31, 2000, 48);
-    test_gemm(ops, inst, FP4_SM90_V6_DECODE, 256, 768, 6144);
+    test_splits(&tester, FP4_SM90_V6_DECODE, v6_split_shapes, 3);
+    test_shapes(&tester, FP4_SM90_V6_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
+    test_gemm(&tester, FP4_SM90_V6_DECODE, 31, 2000, 48);
+    test_gemm(&tester, FP4_SM90_V6_DECODE, 256, 768, 6144);
     /* v7-decode: K of 1..8 k-steps and with a partial last stage (K = 2880:
      * 45 k-steps; 48: one k-step of three k-blocks), more stages than the
      * ring holds (6144: 12 stages, 8192: 16), every token-tile count and
      * several token chunks (150, 256), the target shapes */
-    test_shapes(ops, inst, FP4_SM90_V7_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
-    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 31, 2000, 48);
-    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 256, 768, 6144);
-    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 9, 200, 512);
-    test_gemm(ops, inst, FP4_SM90_V7_DECODE, 1, 64, 28672);
+    test_shapes(&tester, FP4_SM90_V7_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
+    test_gemm(&tester, FP4_SM90_V7_DECODE, 31, 2000, 48);
+    test_gemm(&tester, FP4_SM90_V7_DECODE, 256, 768, 6144);
+    test_gemm(&tester, FP4_SM90_V7_DECODE, 9, 200, 512);
+    test_gemm(&tester, FP4_SM90_V7_DECODE, 1, 64, 28672);
     /* v9-mid: every token tile width (M <= 64, <= 128, more: 256) with one and
      * several token tiles, forced splits (1 writes D from the tile, 3 and 45
      * (clamped to the k-steps) go through the fp32 sums and the counters),
@@ -407,29 +473,29 @@ int main(void)
      * tile (200, 2000), N not a multiple of 4 (D stored element by element),
      * the target shapes (8 and 2 splits) */
     static const int64_t v9_split_shapes[][3] = {{16, 768, 2880}, {100, 200, 6144}, {300, 2000, 48}};
-    test_splits(ops, inst, FP4_SM90_V9_MID, v9_split_shapes, 3);
+    test_splits(&tester, FP4_SM90_V9_MID, v9_split_shapes, 3);
     static const int64_t v9_shapes[][3] = {
         {65, 2048, 6144}, {128, 770, 2880}, {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
         {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
     };
-    test_shapes(ops, inst, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    test_shapes(&tester, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     /* v11-mid: v9's shapes and forced splits (1: D from the tile, no
      * cooperative launch; 3 and 45, clamped to the k-steps and to the CTAs
      * that co-reside, go through the slices, the barrier and the counters'
      * re-zeroing); test_gemm runs every shape several times (graph replay
      * included), so a counter left non-zero fails the next call */
-    test_splits(ops, inst, FP4_SM90_V11_MID, v9_split_shapes, 3);
-    test_shapes(ops, inst, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    test_splits(&tester, FP4_SM90_V11_MID, v9_split_shapes, 3);
+    test_shapes(&tester, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     /* v13-mid: the same as v11 (its host side), and every token tile width
      * forced on a 6144- and a 640-deep shape (10 k-steps: fewer than the
      * 128- and 64-token rings hold, more than the 256-token ring) */
-    test_splits(ops, inst, FP4_SM90_V13_MID, v9_split_shapes, 3);
-    test_shapes(ops, inst, FP4_SM90_V13_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    test_splits(&tester, FP4_SM90_V13_MID, v9_split_shapes, 3);
+    test_shapes(&tester, FP4_SM90_V13_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
     static const char *v13_bns[] = {"64", "128", "256"};
     for (int i = 0; i < 3; i++) {
         setenv("FP4_SM90_V11_BN", v13_bns[i], 1);
-        test_gemm(ops, inst, FP4_SM90_V13_MID, 200, 2000, 6144);
-        test_gemm(ops, inst, FP4_SM90_V13_MID, 77, 300, 640);
+        test_gemm(&tester, FP4_SM90_V13_MID, 200, 2000, 6144);
+        test_gemm(&tester, FP4_SM90_V13_MID, 77, 300, 640);
     }
     unsetenv("FP4_SM90_V11_BN");
     /* v12-prefill: each tile width and ring depth (FP4_SM90_V12_BN, _ST) on
@@ -444,10 +510,29 @@ int main(void)
     for (int i = 0; i < 4; i++) {
         setenv("FP4_SM90_V12_BN", v12_cfgs[i][0], 1);
         setenv("FP4_SM90_V12_ST", v12_cfgs[i][1], 1);
-        test_shapes(ops, inst, FP4_SM90_V12_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+        test_shapes(&tester, FP4_SM90_V12_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
     }
     unsetenv("FP4_SM90_V12_BN");
     unsetenv("FP4_SM90_V12_ST");
+    /* v14-prefill: v12's shapes at each tile width (K = 48: 8-byte staging
+     * copies; 640..6144: more k-steps than the 4- and 6-deep rings and the
+     * staging ring hold; partial m and n tiles; N odd) */
+    static const char *v14_bns[] = {"256", "128"};
+    for (int i = 0; i < 2; i++) {
+        setenv("FP4_SM90_V14_BN", v14_bns[i], 1);
+        test_shapes(&tester, FP4_SM90_V14_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+    }
+    unsetenv("FP4_SM90_V14_BN");
+    /* v15-mid: as v13 (v11's host side; splits 1 / 3 / 45, v9's shapes,
+     * every token tile width on a 6144- and a 640-deep shape) */
+    test_splits(&tester, FP4_SM90_V15_MID, v9_split_shapes, 3);
+    test_shapes(&tester, FP4_SM90_V15_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_V11_BN", v13_bns[i], 1);
+        test_gemm(&tester, FP4_SM90_V15_MID, 200, 2000, 6144);
+        test_gemm(&tester, FP4_SM90_V15_MID, 77, 300, 640);
+    }
+    unsetenv("FP4_SM90_V11_BN");
     /* v10-decode, with each row tile count a warp (FP4_SM90_V10_RT 2, 4):
      * forced splits (1: no cluster, D from the block; 3: clusters of 3; 45:
      * clamped to the cluster maximum 8 or to K's k-steps), every token-tile
@@ -465,11 +550,12 @@ int main(void)
     };
     for (int i = 0; i < 2; i++) {
         setenv("FP4_SM90_V10_RT", v10_rts[i], 1);
-        test_splits(ops, inst, FP4_SM90_V10_DECODE, v10_split_shapes, 4);
-        test_shapes(ops, inst, FP4_SM90_V10_DECODE, v10_shapes, sizeof v10_shapes / sizeof v10_shapes[0]);
+        test_splits(&tester, FP4_SM90_V10_DECODE, v10_split_shapes, 4);
+        test_shapes(&tester, FP4_SM90_V10_DECODE, v10_shapes, sizeof v10_shapes / sizeof v10_shapes[0]);
     }
     unsetenv("FP4_SM90_V10_RT");
 
+    for (int i = 0; i < PROBLEM_CACHE; i++) problem_free(&tester.cache[i]);
     ops->close(inst);
     return check_finish("gpu_fp4_sm90");
 }

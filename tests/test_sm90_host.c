@@ -3,13 +3,61 @@
  * heuristic"), FP4_SM90_KERNEL forcing a variant, and the argument checks
  * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode,
  * v8-prefill, v9-mid and v11-mid included; the k permutation of the token
- * prepass's word form (fp4_tokperm_word) against its byte-wise definition. */
+ * prepass's word form (fp4_tokperm_word) against its byte-wise definition;
+ * the nibble -> fp16 dequantization (fp4_sm90_nibbles.h, no CUDA needed). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "fp4/format.h"
+#include "kernels/fp4_sm90_nibbles.h"
+
+static float half_bits_value(uint32_t h)
+{
+    const int e = (int)(h >> 10) & 31, man = (int)(h & 1023);
+    const float mag = e == 0 ? ldexpf((float)man, -24) : ldexpf(1.0f + (float)man / 1024.0f, e - 15);
+    return (h & 0x8000u) ? -mag : mag;
+}
+
+/* fp4_nib_pairs4 == fp4_nib_pair for every word: both are built from shifts,
+ * rotations, constant masks and ORs of disjoint fields, so each output bit
+ * copies at most one input bit and f(x | y) = f(x) | f(y); equality on 0 and
+ * the 32 one-bit words is equality everywhere (random words checked too).
+ * And the pattern is the format's decode times 2^-14, every nibble value at
+ * every position. */
+static void test_nibbles(void)
+{
+    int bad = 0;
+    for (int b = -1; b < 32; b++) {
+        const uint32_t x = b < 0 ? 0u : 1u << b;
+        uint32_t o[4];
+        fp4_nib_pairs4(x, o);
+        for (int r = 0; r < 4; r++) bad += o[r] != fp4_nib_pair(x, r);
+    }
+    CHECK_MSG(bad == 0, "%d one-bit words differ", bad);
+    uint32_t seed = 12345u;
+    bad = 0;
+    for (int i = 0; i < 1000000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t o[4];
+        fp4_nib_pairs4(seed, o);
+        for (int r = 0; r < 4; r++) bad += o[r] != fp4_nib_pair(seed, r);
+    }
+    CHECK_MSG(bad == 0, "%d random words differ", bad);
+    bad = 0;
+    for (int pos = 0; pos < 8; pos++)
+        for (uint32_t v = 0; v < 16; v++) {
+            const uint32_t x = (0x9B5E2C71u & ~(15u << (4 * pos))) | v << (4 * pos);
+            uint32_t o[4];
+            fp4_nib_pairs4(x, o);
+            const uint32_t half = o[pos & 3] >> (pos >= 4 ? 16 : 0) & 0xFFFFu;
+            bad += half_bits_value(half) != ldexpf(fp4_e2m1_decode((uint8_t)v), -14);
+        }
+    CHECK_MSG(bad == 0, "%d nibbles decode wrong", bad);
+}
 
 #ifdef FP4_HAVE_CUDA
 #include "kernels/fp4_sm90.h"
@@ -35,10 +83,14 @@ static void test_checks(void)
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
     CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
     const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                           FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL, FP4_SM90_V13_MID};
-    for (int i = 0; i < 6; i++) {
+                           FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL, FP4_SM90_V13_MID,
+                           FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID};
+    for (int i = 0; i < (int)(sizeof with_ws / sizeof with_ws[0]); i++) {
         a.variant = with_ws[i];
-        a.m = with_ws[i] == FP4_SM90_V8_PREFILL || with_ws[i] == FP4_SM90_V12_PREFILL ? 4096 : 16;
+        a.m = with_ws[i] == FP4_SM90_V8_PREFILL || with_ws[i] == FP4_SM90_V12_PREFILL ||
+                      with_ws[i] == FP4_SM90_V14_PREFILL
+                  ? 4096
+                  : 16;
         const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
         CHECK(need > 0);
         a.workspace = NULL;
@@ -154,6 +206,7 @@ static void test_tokperm(void)
 
 int main(void)
 {
+    test_nibbles();
     test_checks();
     test_tokperm();
     test_mid9_pack();
@@ -269,7 +322,7 @@ int main(void)
 #else
 int main(void)
 {
-    printf("test_sm90_host: built without CUDA, nothing to check\n");
-    return 77;
+    test_nibbles(); /* the kernels' rules need the CUDA build */
+    return check_finish("test_sm90_host");
 }
 #endif

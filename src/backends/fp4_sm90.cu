@@ -82,6 +82,13 @@ static const sm90_family sm90_families[] = {
     {{FP4_SM90_V13_MID, "v13-mid", FP4_SM90_V13_SUMMARY},
      "mid13", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
      fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid13_init, fp4_sm90_mid13_launch, 1},
+    {{FP4_SM90_V14_PREFILL, "v14-prefill", FP4_SM90_V14_SUMMARY},
+     "prefill14", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
+     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
+     fp4_sm90_prefill14_init, fp4_sm90_prefill14_launch, 0},
+    {{FP4_SM90_V15_MID, "v15-mid", FP4_SM90_V15_SUMMARY},
+     "mid15", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
+     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid15_init, fp4_sm90_mid15_launch, 1},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 

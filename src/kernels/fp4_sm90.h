@@ -79,6 +79,13 @@
  *                   slices epilogue with v12's producer warp and mbarriers;
  *                   the producer bulk-copies the weights' first stages
  *                   before waiting for the token prepass (same file).
+ *  14 "v14-prefill" large M: v8's packing, prepass and tiles; a producer
+ *                   warpgroup dequantizes A into swizzled fp16 shared-memory
+ *                   tiles and the consumers issue wgmmas with both operands
+ *                   by descriptor (src/kernels/fp4_sm90_prefill14.cu).
+ *  15 "v15-mid"     mid M: v11's packing, token prepass, split rule, launch
+ *                   and slices epilogue with v14's main loop (the weights
+ *                   dequantized by the producers; same file).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -113,7 +120,9 @@ enum {
     FP4_SM90_V10_DECODE = 10,
     FP4_SM90_V11_MID = 11,
     FP4_SM90_V12_PREFILL = 12,
-    FP4_SM90_V13_MID = 13
+    FP4_SM90_V13_MID = 13,
+    FP4_SM90_V14_PREFILL = 14,
+    FP4_SM90_V15_MID = 15
 };
 
 /* One-line summaries of the newer variants (kept next to their kernels). */
@@ -126,6 +135,8 @@ enum {
 #define FP4_SM90_V11_SUMMARY "mid M: v9 with split K reduced by plain stores, a per-tile barrier (cooperative launch) and a 1/S share a CTA"
 #define FP4_SM90_V12_SUMMARY "large M: v8's operands and prepass, a producer warp and full/empty mbarriers instead of the per-step barrier"
 #define FP4_SM90_V13_SUMMARY "mid M: v11 (tokens by prepass, split K by slices) with v12's producer warp; weights' first copies before the prepass ends"
+#define FP4_SM90_V14_SUMMARY "large M: v8's operands and prepass; a producer warpgroup dequantizes A into smem, wgmma with both operands in smem"
+#define FP4_SM90_V15_SUMMARY "mid M: v11's operands, prepass, splits and epilogue with v14's loop (weights dequantized into smem by producers)"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
 typedef struct fp4_sm90_variant {
@@ -181,7 +192,7 @@ size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k);
 #define FP4_SM90_MAX_CLUSTER 8 /* portable thread-block cluster size (v10's K splits) */
 
 typedef struct fp4_sm90_gemm_args {
-    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V13_MID (not AUTO) */
+    int variant;            /* one of FP4_SM90_V1_DECODE .. FP4_SM90_V15_MID (not AUTO) */
     int64_t m, n, k;
     const uint8_t *a_codes; /* device [m, k/2]; 16-byte aligned */
     const uint8_t *a_sf;    /* device swizzled [roundup(m,128), roundup(k/16,4)]; 16-byte aligned */
@@ -351,6 +362,17 @@ fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_er
  * with v12's warp-specialized main loop */
 fp4_status fp4_sm90_mid13_init(fp4_err *err);
 fp4_status fp4_sm90_mid13_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
+/* v14-prefill (fp4_sm90_prefill14.cu): v8's packing, workspace, fits and
+ * prepass; launch_cfg forces the tile width (0 = v8's rule, 128, 256) */
+fp4_status fp4_sm90_prefill14_init(fp4_err *err);
+fp4_status fp4_sm90_prefill14_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
+                                     fp4_err *err);
+fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
+                                         fp4_err *err);
+/* v15-mid (same file): v11's packing, workspace, rule and launch with v14's
+ * main loop */
+fp4_status fp4_sm90_mid15_init(fp4_err *err);
+fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus
 }

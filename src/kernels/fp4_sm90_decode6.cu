@@ -145,9 +145,10 @@ fp4_sm90_decode_v6(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
                         sring[u] = ldg_stream2(sp + off);
                     }
                     const uint32_t sg = sf_pair(wsc, 0), sg8 = sf_pair(wsc, 1);
-                    uint32_t a[4][4];
+                    uint32_t a[4][4], pg[2][4], p8[2][4];
+                    kperm_pairs(w, pg, p8);
 #pragma unroll
-                    for (int j = 0; j < 4; j++) kperm_a_frag(w, sg, sg8, j, a[j]);
+                    for (int j = 0; j < 4; j++) kperm_a_frag(pg, p8, sg, sg8, j, a[j]);
                     const uint4 *st = smem6 + (size_t)c * NT * 64 + lane;
 #pragma unroll
                     for (int n = 0; n < NT; n++) {

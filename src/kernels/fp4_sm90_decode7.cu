@@ -179,10 +179,12 @@ fp4_sm90_decode_v7(const uint8_t *__restrict__ bq, const uint8_t *__restrict__ b
             __syncwarp();
             if (lane == 0) wg_mbar_arrive(sbase + 8 * (D7_NS + slot)); /* slot free for stage s + NS */
             const uint32_t sg = sf_pair(wsc, 0), sg8 = sf_pair(wsc, 1);
+            uint32_t pg[2][4], p8[2][4];
+            kperm_pairs(w, pg, p8);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 uint32_t a[4];
-                kperm_a_frag(w, sg, sg8, j, a);
+                kperm_a_frag(pg, p8, sg, sg8, j, a);
                 const int b0 = 4 * (j >> 1) + 2 * (j & 1);
 #pragma unroll
                 for (int n = 0; n < NT; n++)

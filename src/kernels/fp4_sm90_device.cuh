@@ -13,16 +13,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/fp4_sm90_nibbles.h"
+
 
 /* fp16x2 pattern of the two nibbles at bits 4r..4r+3 (low half) and
- * 16+4r..16+4r+3 (high half) of x: the e2m1 value times 2^-14. r is a
- * compile-time constant after unrolling. */
-static __device__ __forceinline__ uint32_t dq_nib2(uint32_t x, int r)
-{
-    uint32_t mag = (r <= 2 ? (x << (9 - 4 * r)) : (x >> (4 * r - 9))) & 0x0E000E00u;
-    uint32_t sgn = (x << (12 - 4 * r)) & 0x80008000u;
-    return mag | sgn;
-}
+ * 16+4r..16+4r+3 (high half) of x: the e2m1 value times 2^-14 (15
+ * operations for the four r of a word; fp4_nib_pairs4 makes all four in 11:
+ * fp4_sm90_nibbles.h). r is a compile-time constant after unrolling. */
+static __device__ __forceinline__ uint32_t dq_nib2(uint32_t x, int r) { return fp4_nib_pair(x, r); }
 
 static __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b)
 {
@@ -133,15 +131,26 @@ static __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p)
  * code bytes w: row g in w.x, w.y, row g + 8 in w.z, w.w) and of token g (one
  * 8-byte code word q). kperm_a_frag: the A registers of MMA j (0..3) of the
  * k-step, sg / sg8 the scale pairs of rows g and g + 8 (sf_pair). */
-static __device__ __forceinline__ void kperm_a_frag(const uint4 &w, uint32_t sg, uint32_t sg8,
-                                                    int j, uint32_t a[4])
+static __device__ __forceinline__ void kperm_a_frag(const uint32_t (&pg)[2][4],
+                                                    const uint32_t (&p8)[2][4], uint32_t sg,
+                                                    uint32_t sg8, int j, uint32_t a[4])
 {
-    const uint32_t xg = j < 2 ? w.x : w.y, x8 = j < 2 ? w.z : w.w;
-    const int r0 = 2 * (j & 1);
-    a[0] = hmul2_u32(dq_nib2(xg, r0), sg);
-    a[1] = hmul2_u32(dq_nib2(x8, r0), sg8);
-    a[2] = hmul2_u32(dq_nib2(xg, r0 + 1), sg);
-    a[3] = hmul2_u32(dq_nib2(x8, r0 + 1), sg8);
+    const int r0 = 2 * (j & 1), h = j >> 1;
+    a[0] = hmul2_u32(pg[h][r0], sg);
+    a[1] = hmul2_u32(p8[h][r0], sg8);
+    a[2] = hmul2_u32(pg[h][r0 + 1], sg);
+    a[3] = hmul2_u32(p8[h][r0 + 1], sg8);
+}
+
+/* the nibble pairs of a lane's 16 weight code bytes (fp4_nib_pairs4): pg[0]
+ * from w.x, pg[1] w.y (row g), p8 from w.z, w.w (row g + 8) */
+static __device__ __forceinline__ void kperm_pairs(const uint4 &w, uint32_t (&pg)[2][4],
+                                                   uint32_t (&p8)[2][4])
+{
+    fp4_nib_pairs4(w.x, pg[0]);
+    fp4_nib_pairs4(w.y, pg[1]);
+    fp4_nib_pairs4(w.z, p8[0]);
+    fp4_nib_pairs4(w.w, p8[1]);
 }
 
 /* A token's 8 B-fragment words of one k-step (same layout): b[r] = nibbles
@@ -149,10 +158,13 @@ static __device__ __forceinline__ void kperm_a_frag(const uint4 &w, uint32_t sg,
  * takes b[4 (j >> 1) + 2 (j & 1)] and the next. */
 static __device__ __forceinline__ void kperm_b_frag(const uint2 &q, uint32_t sc, uint32_t b[8])
 {
+    uint32_t px[4], py[4];
+    fp4_nib_pairs4(q.x, px);
+    fp4_nib_pairs4(q.y, py);
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        b[r] = hmul2_u32(dq_nib2(q.x, r), sc);
-        b[4 + r] = hmul2_u32(dq_nib2(q.y, r), sc);
+        b[r] = hmul2_u32(px[r], sc);
+        b[4 + r] = hmul2_u32(py[r], sc);
     }
 }
 
@@ -171,10 +183,12 @@ static __device__ __forceinline__ void kperm_kstep_mma(const uint4 *w, const uin
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         const uint32_t sg = sf_pair(ws[i], 0), sg8 = sf_pair(ws[i], 1);
+        uint32_t pg[2][4], p8[2][4];
+        kperm_pairs(w[i], pg, p8);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             uint32_t a[4];
-            kperm_a_frag(w[i], sg, sg8, j, a);
+            kperm_a_frag(pg, p8, sg, sg8, j, a);
             const int b0 = 4 * (j >> 1) + 2 * (j & 1);
 #pragma unroll
             for (int n = 0; n < NT; n++)

@@ -243,16 +243,7 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
         wg_slices_sum<BN>(slab, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
         return;
     }
-    /* one split: D [token][weight row] straight from the accumulators (see
-     * wg_slices_store for the fragment's coordinates) */
-    const int lane = tid & 31, g = lane >> 2, t = lane & 3, m = m0 + (tid >> 5) * 16 + g;
-#pragma unroll
-    for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int ne = tok0 + 8 * i + 2 * t + (e & 1), me = m + 8 * (e >> 1);
-            if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(acc[4 * i + e] * alpha_eff);
-        }
+    wg_store_d_tr<BN>(acc, d, M, N, m0, tok0, alpha_eff, tid);
 #else
     (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
     (void)wsf, (void)cnt;

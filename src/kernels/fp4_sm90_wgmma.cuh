@@ -236,6 +236,97 @@ static __device__ __forceinline__ void wg_mma_step(float *acc, const uint32_t *a
     }
 }
 
+/* d (64 x N per warpgroup, fp32) += A (shared, fp16) x B (shared, fp16): both
+ * operands by descriptor (v14, v15: A dequantized into shared memory by the
+ * producer warpgroup); scale_d = 0 overwrites d */
+static __device__ __forceinline__ void wg_mma_ss_n256(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                      int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+static __device__ __forceinline__ void wg_mma_ss_n128(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                      int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+static __device__ __forceinline__ void wg_mma_ss_n64(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                      int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+/* The 4 wgmmas of one k-step with both operands in shared memory: A's 64 x 64
+ * tile at atile, B's BN x 64 at btile (both rows of 128 bytes, swizzled). */
+template <int BN>
+static __device__ __forceinline__ void wg_mma_ss_step(float *acc, uint32_t atile, uint32_t btile,
+                                                      bool first)
+{
+    const uint64_t da = wg_desc_sw128(atile), db = wg_desc_sw128(btile);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sd = (first && j == 0) ? 0 : 1;
+        if (BN == 256)
+            wg_mma_ss_n256(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
+        else if (BN == 128)
+            wg_mma_ss_n128(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
+        else
+            wg_mma_ss_n64(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
+    }
+}
+
 /* ---- A: raw tile loads and the register fragment ------------------------------------- */
 
 /* Issue the cp.asyncs of A's step ls: 128 rows x 32 code bytes into a_dst
@@ -296,12 +387,17 @@ static __device__ __forceinline__ void wg_a_frag(const unsigned char *a_tile,
             afr[4 * j + 2] = x0.y & lo, afr[4 * j + 3] = x1.y & hi;
         }
     } else {
+        uint32_t p0x[4], p1x[4], p0y[4], p1y[4];
+        fp4_nib_pairs4(x0.x, p0x);
+        fp4_nib_pairs4(x1.x, p1x);
+        fp4_nib_pairs4(x0.y, p0y);
+        fp4_nib_pairs4(x1.y, p1y);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            afr[4 * j + 0] = hmul2_u32(dq_nib2(x0.x, j), lo);
-            afr[4 * j + 1] = hmul2_u32(dq_nib2(x1.x, j), hi);
-            afr[4 * j + 2] = hmul2_u32(dq_nib2(x0.y, j), lo);
-            afr[4 * j + 3] = hmul2_u32(dq_nib2(x1.y, j), hi);
+            afr[4 * j + 0] = hmul2_u32(p0x[j], lo);
+            afr[4 * j + 1] = hmul2_u32(p1x[j], hi);
+            afr[4 * j + 2] = hmul2_u32(p0y[j], lo);
+            afr[4 * j + 3] = hmul2_u32(p1y[j], hi);
         }
     }
 }
@@ -337,6 +433,24 @@ static __device__ __forceinline__ void wg_store_d(const float *acc, __nv_bfloat1
             }
         }
     }
+}
+
+/* The swapped operands' D (v12's TR instantiations, v15) with one K split:
+ * D [token][weight row] straight from the accumulators (M weight rows, N
+ * tokens; see wg_slices_store for the fragment's coordinates). */
+template <int BN>
+static __device__ __forceinline__ void wg_store_d_tr(const float *acc, __nv_bfloat16 *__restrict__ d,
+                                                     int M, int N, int m0, int tok0,
+                                                     float alpha_eff, int tid)
+{
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3, m = m0 + (tid >> 5) * 16 + g;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int ne = tok0 + 8 * i + 2 * t + (e & 1), me = m + 8 * (e >> 1);
+            if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(acc[4 * i + e] * alpha_eff);
+        }
 }
 
 /* ---- split-K slices epilogue (v11-mid, v13-mid) ----------------------------------------
@@ -449,10 +563,12 @@ static __device__ __forceinline__ void wg_b_scales(uint32_t sw, uint32_t *sc)
 static __device__ __forceinline__ uint4 wg_b_word(uint32_t w, const uint32_t *sc)
 {
     uint4 o;
-    o.x = hmul2_u32(dq_nib2(w, 0), sc[0]);
-    o.y = hmul2_u32(dq_nib2(w, 1), sc[1]);
-    o.z = hmul2_u32(dq_nib2(w, 2), sc[2]);
-    o.w = hmul2_u32(dq_nib2(w, 3), sc[3]);
+    uint32_t p[4];
+    fp4_nib_pairs4(w, p);
+    o.x = hmul2_u32(p[0], sc[0]);
+    o.y = hmul2_u32(p[1], sc[1]);
+    o.z = hmul2_u32(p[2], sc[2]);
+    o.w = hmul2_u32(p[3], sc[3]);
     return o;
 }
 

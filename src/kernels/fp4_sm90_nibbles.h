@@ -1,0 +1,74 @@
+/* E2M1 nibbles -> fp16 bit patterns, the innermost step of every fp4-sm90
+ * kernel's dequantization, written once for host and device so that a CPU
+ * test (tests/test_sm90_host.c) checks the fast form against the plain one
+ * and against the format's decode.
+ *
+ * A nibble s e1 e0 m becomes the fp16 pattern s 0 0 0 e1 e0 m 0...0 (sign at
+ * bit 15, e1 e0 m at bits 11..9): the e2m1 value times 2^-14, exact (e = 0,
+ * m = 1 is the fp16 subnormal 2^-15 = 0.5 x 2^-14). The kernels multiply it
+ * by an fp16 scale (scale x 2^7) so the products carry 2^-7.
+ *
+ * fp4_nib_pair(x, r): the fp16x2 pattern of nibbles r (low half) and r + 4
+ * (high half) of the 32-bit code word x (nibble i at bits 4i..4i+3), r in
+ * 0..3: two shifts and two masks (the sign and the magnitude move by
+ * different distances).
+ *
+ * fp4_nib_pairs4(x, o): all four pairs of x, o[r] == fp4_nib_pair(x, r),
+ * in 11 operations instead of 15: rotating x left by 3 puts every nibble's
+ * sign 6 bits above its magnitude's lowest bit, as in fp16 (3 + 3, bit 15 vs
+ * 9); merging the rotated word with x under a mask keeps the magnitudes of
+ * the low nibbles of each byte (even: 0x07070707) or the high ones (odd:
+ * 0x70707070) with their moved signs, which then land on the free bits of
+ * the next nibble. Each pair is then one shift (a rotate for pair 3, whose
+ * high sign wrapped to bit 2) and one mask. */
+#ifndef FP4_SM90_NIBBLES_H
+#define FP4_SM90_NIBBLES_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define FP4_NIB_FN static __host__ __device__ __forceinline__
+#else
+#define FP4_NIB_FN static inline
+#endif
+
+#define FP4_NIB_FP16_MASK 0x8E008E00u /* sign and e1 e0 m of both halves */
+
+FP4_NIB_FN uint32_t fp4_nib_pair(uint32_t x, int r)
+{
+    const uint32_t mag = (r <= 2 ? (x << (9 - 4 * r)) : (x >> (4 * r - 9))) & 0x0E000E00u;
+    const uint32_t sgn = (x << (12 - 4 * r)) & 0x80008000u;
+    return mag | sgn;
+}
+
+FP4_NIB_FN uint32_t fp4_nib_rotl(uint32_t x, int n)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_l(x, x, n);
+#else
+    return (x << n) | (x >> (32 - n));
+#endif
+}
+
+FP4_NIB_FN uint32_t fp4_nib_rotr(uint32_t x, int n)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(x, x, n);
+#else
+    return (x >> n) | (x << (32 - n));
+#endif
+}
+
+FP4_NIB_FN void fp4_nib_pairs4(uint32_t x, uint32_t o[4])
+{
+    const uint32_t rot = fp4_nib_rotl(x, 3);                     /* sign of nibble i at 4i + 6 */
+    const uint32_t even = (x & 0x07070707u) | (rot & ~0x07070707u); /* one LOP3 */
+    const uint32_t odd = (x & 0x70707070u) | (rot & ~0x70707070u);  /* one LOP3 */
+    o[0] = (even << 9) & FP4_NIB_FP16_MASK;            /* nibbles 0, 4: bits 0..2 -> 9..11 */
+    o[1] = (odd << 5) & FP4_NIB_FP16_MASK;             /* nibbles 1, 5: bits 4..6 -> 9..11 */
+    o[2] = (even << 1) & FP4_NIB_FP16_MASK;            /* nibbles 2, 6: bits 8..10 -> 9..11 */
+    o[3] = fp4_nib_rotr(odd, 3) & FP4_NIB_FP16_MASK;   /* nibbles 3, 7: 12..14 -> 9..11,
+                                                          nibble 7's sign from bit 2 to 31 */
+}
+
+#endif

@@ -1,0 +1,361 @@
+/* fp4-sm90 "v14-prefill" (variant 14) and "v15-mid" (variant 15): v8's and
+ * v11's operands, prepasses and host sides with a dequantizing producer
+ * warpgroup, both wgmma operands in shared memory.
+ *
+ * Why (docs/PERF.md, session 7): v8's and v11's consumer warps dequantize
+ * their wgmma A operand into registers between wgmmas; Nsight Compute puts
+ * v8's main kernel at 0.35 instructions issued a scheduler and cycle with
+ * the tensor pipe 79% busy, and moving only the loads to a producer warp
+ * (v12, v13) did not help: the dequantization itself, on the critical path
+ * of the warps that issue the wgmmas, bounds them.
+ *
+ * Design. 384 threads: warps 0-7 are two consumer warpgroups (64 rows x BN
+ * each) that only wait, issue wgmma m64nBNk16 with A and B by shared-memory
+ * descriptor, and release; warps 8-11 the producer warpgroup, one thread a
+ * row of the 128-row A tile. Per k-step s a producer thread
+ *   1. issues the cp.asyncs of its row's 32 code bytes and 4 scale bytes of
+ *      step s + RAW - 1 into its own slots of a RAW-deep staging ring (it alone
+ *      reads them back: cp.async.wait_group orders them, no barrier);
+ *   2. waits until the consumers released ring slot s % ST (empty mbarrier);
+ *      thread 0 posts B's bytes on the full mbarrier and bulk-copies B's tile
+ *      (v8's weight prepass tiles; v15: the token prepass's);
+ *   3. dequantizes its row of step s (8 code words -> 32 fp16x2 words: 11
+ *      bit operations a word for 4 pairs, fp4_nib_pairs4, and one multiply by
+ *      the fp16 scale each) and stores it as 8 16-byte chunks of the swizzled
+ *      fp16 A tile (chunk c of row r at (c ^ (r & 7)) << 4: conflict-free, the
+ *      128-byte-swizzle layout of wgmma), in the k order v8's register
+ *      fragment uses (so B's tiles are v8's unchanged);
+ *   4. fence.proxy.async (its generic stores become visible to wgmma) and
+ *      arrives on the slot's full mbarrier (129 arrivals: 128 rows + thread
+ *      0's expect_tx).
+ * A consumer k-step: wait full, 4 wgmmas, commit, wait until only they are in
+ * flight, arrive on the empty mbarrier of the previous step's slot (256
+ * arrivals: every consumer thread). Registers: launched at 168 a thread; the
+ * producers drop to 96 and the consumers take 208 (setmaxnreg; 2 x 208 + 96
+ * = 512 a lane of a scheduler's three warps).
+ * Shared memory: ST x (B BN x 128 bytes + A 16 KB) + RAW x 4.5 KB: 4 stages at
+ * BN = 256, 6 at 128, 8 at 64 (v15).
+ * v15-mid (TR): the weights are the A operand (fp4_sm90_mid9_pack_b's
+ * contiguous 4 KB (tile, k-step) code blocks and their 512-byte scale
+ * tiles), the tokens' fp16 tiles B; v11's grid (weight tiles, token tiles,
+ * K splits), cooperative + programmatic dependent launch and slices
+ * epilogue (fp4_sm90_mid11_launch_with). Only thread 0 waits for the token
+ * prepass (griddepcontrol.wait, before its first B copy): the other
+ * producers stage and dequantize the first weights meanwhile.
+ * Results: same fp16 operands and k order as v8 / v11, so the same products;
+ * the GPU test checks against the exact reference.
+ * Prediction (4096x2048x6144; v8 main kernel 150.9 us at 79% tensor busy,
+ * cuBLAS bf16 ~129 us end to end): the consumers issue about 10 instructions
+ * a k-step instead of 228, the producer about 150 (one warp a scheduler,
+ * 1024 tensor cycles a step at BN = 256): tensor pipe ~90% busy, main
+ * kernel ~133 us, with the 7 us weight prepass 0.9x cuBLAS; 256x2048x6144
+ * (v15; v11 20.2 us) ~17 us.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backends/gpu_common.h"
+#include "fp4/format.h"
+#include "kernels/fp4_sm90.h"
+#include "kernels/fp4_sm90_device.cuh"
+#include "kernels/fp4_sm90_nibbles.h"
+#include "kernels/fp4_sm90_wgmma.cuh"
+
+#define P14_CONSUMERS 256 /* two warpgroups */
+#define P14_THREADS (P14_CONSUMERS + 128) /* + the producer warpgroup */
+#define P14_REGS_CONSUMER 208
+#define P14_REGS_PRODUCER 96
+#define P14_RAW 4 /* staging ring of the raw codes (cp.async groups in flight: 3) */
+#define P14_WS_BLOCK 16384 /* a prepass block: 128 rows x 128 bytes of one k-step */
+#define P14_FULL_COUNT (128 + 1)
+#define P14_EMPTY_COUNT P14_CONSUMERS
+
+/* shared-memory map: [ST B tiles BN x 128][ST A tiles 128 x 128][RAW x (codes
+ * 128 x 32, scales 128 x 4)][ST full][ST empty] */
+template <int BN, int ST> struct p14_cfg {
+    static constexpr int BTILE = BN * 128; /* multiples of 1024: the swizzle's alignment */
+    static constexpr int ATILE = WG_BM * 128;
+    static constexpr int NBLK = BN >= 128 ? BN / 128 : 1;
+    static constexpr int BBYTES = BN >= 128 ? P14_WS_BLOCK : BN * 128;
+    static constexpr int A_BASE = ST * BTILE;
+    static constexpr int RAW_BASE = A_BASE + ST * ATILE;
+    static constexpr int RAW_STAGE = WG_BM * WG_ROWB + WG_BM * 4;
+    static constexpr int FULL_OFF = RAW_BASE + P14_RAW * RAW_STAGE;
+    static constexpr int EMPTY_OFF = FULL_OFF + 8 * ST;
+    static constexpr int SMEM = EMPTY_OFF + 8 * ST + 1024; /* +1024: alignment */
+};
+
+#ifdef FP4_SM90_HAVE_WGMMA
+static __device__ __forceinline__ void p14_cp4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* The cp.asyncs of row r's raw codes and scale word of k-step ls into staging
+ * slot q. TR: the packed weights (block blk = tile x KS + k-step: row r at
+ * r x 32, always in bounds: padded); else the tokens [M, K/2] (rows past M
+ * and bytes past K zero-filled) and their swizzled scales. */
+template <int BN, int ST, bool TR>
+static __device__ __forceinline__ void p14_stage_raw(uint32_t sbase, const uint8_t *__restrict__ aq,
+                                                     const uint8_t *__restrict__ asf, int M, int arow,
+                                                     bool a16, int m0, size_t blk, int ls, int r)
+{
+    typedef p14_cfg<BN, ST> C;
+    const uint32_t q = (uint32_t)(ls % P14_RAW);
+    const uint32_t dst = sbase + (uint32_t)C::RAW_BASE + q * C::RAW_STAGE + (uint32_t)r * WG_ROWB;
+    if (TR) {
+        const uint8_t *src = aq + blk * 4096 + (size_t)r * WG_ROWB;
+        wg_cp16(dst, src, 16);
+        wg_cp16(dst + 16, src + 16, 16);
+    } else {
+        const int m = m0 + r, kbyte = ls * WG_ROWB;
+        const uint8_t *row = aq + (size_t)m * arow + kbyte;
+        if (a16) {
+#pragma unroll
+            for (int c = 0; c < WG_ROWB; c += 16) {
+                const bool ok = m < M && kbyte + c < arow;
+                wg_cp16(dst + (uint32_t)c, ok ? row + c : aq, ok ? 16 : 0);
+            }
+        } else { /* K / 2 a multiple of 8 only */
+#pragma unroll
+            for (int c = 0; c < WG_ROWB; c += 8) {
+                const bool ok = m < M && kbyte + c < arow;
+                wg_cp8(dst + (uint32_t)c, ok ? row + c : aq, ok ? 8 : 0);
+            }
+        }
+    }
+    /* the swizzled scale tile of (row tile, k-step): row r's 4 bytes at
+     * (r & 31) x 16 + (r >> 5) x 4 */
+    p14_cp4(sbase + (uint32_t)C::RAW_BASE + q * C::RAW_STAGE + WG_BM * WG_ROWB + (uint32_t)r * 4,
+            asf + blk * 512 + (size_t)((r & 31) * 16 + (r >> 5) * 4));
+}
+
+/* Row r of k-step ls: staged raw codes -> its 128 bytes of the fp16 A tile.
+ * Code word i = 2 t + h (k-block t, half h) gives, through pair j, the word t
+ * of chunk 2 j + h: v8's register fragment (wg_a_frag) in memory order. */
+template <int BN, int ST>
+static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem, int ls, int slot,
+                                                       int r)
+{
+    typedef p14_cfg<BN, ST> C;
+    const unsigned char *raw = smem + C::RAW_BASE + (ls % P14_RAW) * C::RAW_STAGE;
+    const uint4 c0 = *(const uint4 *)(raw + r * WG_ROWB);
+    const uint4 c1 = *(const uint4 *)(raw + r * WG_ROWB + 16);
+    const uint32_t sw = *(const uint32_t *)(raw + WG_BM * WG_ROWB + r * 4);
+    const uint32_t s02 = sf2_to_h2(sw << 7), s13 = sf2_to_h2(sw >> 1); /* k-blocks (0, 2), (1, 3) */
+    const uint32_t sc[4] = {__byte_perm(s02, 0, 0x1010), __byte_perm(s13, 0, 0x1010),
+                            __byte_perm(s02, 0, 0x3232), __byte_perm(s13, 0, 0x3232)};
+    const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    uint32_t p[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) fp4_nib_pairs4(w[i], p[i]);
+    unsigned char *arow = (unsigned char *)smem + C::A_BASE + slot * C::ATILE + r * 128;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int j = c >> 1, h = c & 1;
+        uint4 v;
+        v.x = hmul2_u32(p[h][j], sc[0]);
+        v.y = hmul2_u32(p[2 + h][j], sc[1]);
+        v.z = hmul2_u32(p[4 + h][j], sc[2]);
+        v.w = hmul2_u32(p[6 + h][j], sc[3]);
+        *(uint4 *)(arow + ((c ^ (r & 7)) << 4)) = v;
+    }
+}
+#endif
+
+/* TR false (v14-prefill): aq [M, K/2] (the tokens), asf swizzled
+ * [roundup(M,128), 4 KS]; bw v8's weight prepass tiles; d [M, N] bf16; grid
+ * x = m tiles of 128 (fastest), y = n tiles of BN.
+ * TR true (v15-mid): aq / asf the weights packed by fp4_sm90_mid9_pack_b (M =
+ * their rows), bw the token prepass's tiles (N tokens, BN a tile), d [N, M];
+ * grid z = K splits, reduced by the wg_slices_* epilogue (wsf, cnt: v11's
+ * workspace) when > 1. */
+template <int BN, int ST, bool TR>
+__global__ void __launch_bounds__(P14_THREADS, 1)
+    fp4_sm90_prefill14_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
+                              const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
+                              int N, int K, int KS, float alpha_eff, float *__restrict__ wsf,
+                              unsigned *__restrict__ cnt)
+{
+#ifdef FP4_SM90_HAVE_WGMMA
+    typedef p14_cfg<BN, ST> C;
+    extern __shared__ unsigned char p14_smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p14_smem_raw);
+    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
+    unsigned char *smem = p14_smem_raw + pad;
+    const uint32_t sbase = raw + pad;
+    const int tid = threadIdx.x;
+    const int m0 = blockIdx.x * WG_BM, mt_blk = blockIdx.x;
+    const int S = TR ? (int)gridDim.z : 1;
+    const int ks0 = TR ? (int)(((int64_t)blockIdx.z * KS) / S) : 0;
+    const int KSn = TR ? (int)(((int64_t)(blockIdx.z + 1) * KS) / S) - ks0 : KS;
+
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++) {
+            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), P14_FULL_COUNT);
+            wg_mbar_init(sbase + (uint32_t)(C::EMPTY_OFF + i * 8), P14_EMPTY_COUNT);
+        }
+        wg_mbar_init_fence();
+    }
+    __syncthreads(); /* the only CTA-wide barrier */
+
+    if (tid >= P14_CONSUMERS) { /* producer warpgroup: thread r owns row r */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(P14_REGS_PRODUCER));
+        const int r = tid - P14_CONSUMERS;
+        const int arow = K / 2;
+        const bool a16 = (arow % 16) == 0;
+        const size_t blk0 = (size_t)mt_blk * KS + ks0; /* (row tile, first k-step) */
+        /* B's tile: BN / 128 prepass blocks (BN = 64: half of one) */
+        const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P14_WS_BLOCK +
+                              (BN < 128 ? (size_t)((blockIdx.y * BN) % 128) * 128 : 0);
+#pragma unroll 1
+        for (int l = 0; l < P14_RAW - 1; l++) {
+            if (l < KSn) p14_stage_raw<BN, ST, TR>(sbase, aq, asf, M, arow, a16, m0, blk0 + l, l, r);
+            wg_cp_commit();
+        }
+#pragma unroll 1
+        for (int ls = 0; ls < KSn; ls++) {
+            const int slot = ls % ST, use = ls / ST, nl = ls + P14_RAW - 1;
+            const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
+            if (nl < KSn) p14_stage_raw<BN, ST, TR>(sbase, aq, asf, M, arow, a16, m0, blk0 + nl, nl, r);
+            wg_cp_commit();
+            if (use > 0) /* the consumers released this slot's previous use */
+                wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
+            if (r == 0) {
+                if (TR && ls == 0) asm volatile("griddepcontrol.wait;" ::: "memory"); /* the tokens */
+                wg_mbar_expect(full, (uint32_t)(C::NBLK * C::BBYTES));
+#pragma unroll
+                for (int b = 0; b < C::NBLK; b++) /* block b of k-step k: (b KS + k) */
+                    wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + b * P14_WS_BLOCK),
+                                bsrc + ((size_t)b * KS + ks0 + ls) * P14_WS_BLOCK, C::BBYTES, full);
+            }
+            wg_cp_wait<P14_RAW - 1>(); /* my copies of step ls landed */
+            p14_dequant_row<BN, ST>(smem, ls, slot, r);
+            wg_fence_async_smem(); /* my stores, visible to the wgmmas (async proxy) */
+            wg_mbar_arrive(full);
+        }
+        wg_cp_wait<0>();
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(P14_REGS_CONSUMER));
+    const uint32_t a_off = (uint32_t)((tid >> 7) * 64 * 128); /* my warpgroup's 64 rows */
+    float acc[BN / 2]; /* the first wgmma runs with scale-d = 0: no initialisation */
+#pragma unroll 1
+    for (int s = 0; s < KSn; s++) {
+        const int slot = s % ST;
+        wg_mbar_wait(sbase + (uint32_t)(C::FULL_OFF + slot * 8), (uint32_t)((s / ST) & 1));
+        wg_fence();
+        wg_mma_ss_step<BN>(acc, sbase + (uint32_t)(C::A_BASE + slot * C::ATILE) + a_off,
+                           sbase + (uint32_t)(slot * C::BTILE), s == 0);
+        wg_commit();
+        wg_wait<1>(); /* step s - 1 retired: its slot is free */
+        if (s > 0) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((s - 1) % ST) * 8));
+    }
+    wg_wait<0>();
+    wg_reg_fence<BN / 2>(acc);
+    if (!TR) {
+        wg_store_d<BN>(acc, d, M, N, m0, blockIdx.y * BN, alpha_eff, tid);
+        return;
+    }
+    const int tok0 = blockIdx.y * BN;
+    if (S > 1) {
+        const float4 *slab = wg_slices_store<BN>(acc, wsf, S, tid);
+        wg_slices_meet(cnt, S, tid);
+        wg_slices_sum<BN>(slab, cnt, d, S, tok0, m0, N, M, alpha_eff, tid);
+        return;
+    }
+    wg_store_d_tr<BN>(acc, d, M, N, m0, tok0, alpha_eff, tid);
+#else
+    (void)aq, (void)asf, (void)bw, (void)d, (void)M, (void)N, (void)K, (void)KS, (void)alpha_eff;
+    (void)wsf, (void)cnt;
+    __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
+#endif
+}
+
+/* ---- host side ---------------------------------------------------------------------- */
+
+/* v14's (BN, ring depth) and v15's (token tile, ring depth): what fits 227 KB */
+#define P14_FOR_EACH_CFG(X) X(256, 4) X(128, 6)
+#define P15_FOR_EACH_CFG(X) X(256, 4) X(128, 6) X(64, 8)
+
+fp4_status fp4_sm90_prefill14_init(fp4_err *err)
+{
+#define P14_SET_SMEM(BN_, ST_)                                                                 \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                                           p14_cfg<BN_, ST_>::SMEM));
+    P14_FOR_EACH_CFG(P14_SET_SMEM)
+#undef P14_SET_SMEM
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
+                                         fp4_err *err)
+{
+    if (bn == 0) bn = fp4_sm90_prefill8_bn(a->m, a->n, a->k, a->num_sms);
+    const void *kernel = NULL;
+    int smem = 0;
+#define P14_PICK(BN_, ST_)                                                                     \
+    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, smem = p14_cfg<BN_, ST_>::SMEM;
+    P14_FOR_EACH_CFG(P14_PICK)
+#undef P14_PICK
+    if (!kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v14-prefill: no kernel for tile width %d", bn);
+    fp4_status st = fp4_sm90_wgmma_runs_here(kernel, "v14-prefill", err);
+    if (st != FP4_OK) return st;
+    /* v8's checks (shape, workspace) and its weight prepass (parts = 1) */
+    if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
+    const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
+    const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
+    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
+    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
+    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
+    float *no_wsf = NULL;
+    unsigned *no_cnt = NULL;
+    void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
+                    (void *)&M,          (void *)&N,       (void *)&K,          (void *)&KS,
+                    (void *)&alpha_eff,  (void *)&no_wsf,  (void *)&no_cnt};
+    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P14_THREADS), args,
+                                       (size_t)smem, stream));
+    return FP4_OK;
+}
+
+/* FP4_SM90_V14_BN = 128|256 forces the tile width (development and tests) */
+fp4_status fp4_sm90_prefill14_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    const char *bn_env = getenv("FP4_SM90_V14_BN");
+    return fp4_sm90_prefill14_launch_cfg(a, bn_env ? atoi(bn_env) : 0, stream, err);
+}
+
+fp4_status fp4_sm90_mid15_init(fp4_err *err)
+{
+#define P15_SET_SMEM(BN_, ST_)                                                                 \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                                           p14_cfg<BN_, ST_>::SMEM));
+    P15_FOR_EACH_CFG(P15_SET_SMEM)
+#undef P15_SET_SMEM
+    return FP4_OK;
+}
+
+static fp4_status p15_pick(int bn, const void **kernel, int *smem, int *threads, fp4_err *err)
+{
+    *kernel = NULL;
+    *threads = P14_THREADS;
+#define P15_PICK(BN_, ST_)                                                                     \
+    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, *smem = p14_cfg<BN_, ST_>::SMEM;
+    P15_FOR_EACH_CFG(P15_PICK)
+#undef P15_PICK
+    if (!*kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v15-mid: no kernel for %d-token tiles", bn);
+    return fp4_sm90_wgmma_runs_here(*kernel, "v15-mid", err);
+}
+
+fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    return fp4_sm90_mid11_launch_with(a, "v15-mid", p15_pick, stream, err);
+}
