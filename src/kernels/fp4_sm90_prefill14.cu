@@ -31,8 +31,8 @@
  * A consumer k-step: wait full, 4 wgmmas, commit, wait until only they are in
  * flight, arrive on the empty mbarrier of the previous step's slot (256
  * arrivals: every consumer thread). Registers: launched at 168 a thread; the
- * producers drop to 96 and the consumers take 208 (setmaxnreg; 2 x 208 + 96
- * = 512 a lane of a scheduler's three warps).
+ * producers drop to 96 (setmaxnreg; 72 x 128 freed) and the consumers take
+ * 200 (32 x 256 of them: an increase waits until the registers are free).
  * Shared memory: ST x (B BN x 128 bytes + A 16 KB) + RAW x 4.5 KB: 4 stages at
  * BN = 256, 6 at 128, 8 at 64 (v15).
  * v15-mid (TR): the weights are the A operand (fp4_sm90_mid9_pack_b's
@@ -66,7 +66,7 @@
 
 #define P14_CONSUMERS 256 /* two warpgroups */
 #define P14_THREADS (P14_CONSUMERS + 128) /* + the producer warpgroup */
-#define P14_REGS_CONSUMER 208
+#define P14_REGS_CONSUMER 200
 #define P14_REGS_PRODUCER 96
 #define P14_RAW 4 /* staging ring of the raw codes (cp.async groups in flight: 3) */
 #define P14_WS_BLOCK 16384 /* a prepass block: 128 rows x 128 bytes of one k-step */
