@@ -147,10 +147,8 @@ __global__ void __launch_bounds__(P12_THREADS, 1)
 #ifdef FP4_SM90_HAVE_WGMMA
     typedef p12_cfg<BN, ST> C;
     extern __shared__ unsigned char p12_smem_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p12_smem_raw);
-    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
-    unsigned char *smem = p12_smem_raw + pad;
-    const uint32_t sbase = raw + pad;
+    uint32_t sbase = 0;
+    unsigned char *smem = wg_smem_aligned(p12_smem_raw, &sbase);
     const int tid = threadIdx.x;
     const int m0 = blockIdx.x * WG_BM, mt_blk = blockIdx.x;
     const int S = TR ? (int)gridDim.z : 1;

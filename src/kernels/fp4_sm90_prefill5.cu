@@ -187,10 +187,8 @@ __global__ void __launch_bounds__(P5_THREADS, MINB)
 {
 #ifdef P5_WGMMA
     extern __shared__ unsigned char p5_smem_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p5_smem_raw);
-    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
-    unsigned char *smem = p5_smem_raw + pad;
-    const uint32_t sbase = raw + pad;
+    uint32_t sbase = 0;
+    unsigned char *smem = wg_smem_aligned(p5_smem_raw, &sbase);
     const int tid = threadIdx.x;
     const int m0 = blockIdx.y * P5_BM, mt_blk = blockIdx.y;
     const int nb0 = blockIdx.x * (BN / 128); /* first packed 128-row block */

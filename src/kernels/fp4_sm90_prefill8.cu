@@ -293,10 +293,8 @@ __global__ void __launch_bounds__(P6_THREADS, MINB)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
     extern __shared__ unsigned char p6_smem_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(p6_smem_raw);
-    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
-    unsigned char *smem = p6_smem_raw + pad;
-    const uint32_t sbase = raw + pad;
+    uint32_t sbase = 0;
+    unsigned char *smem = wg_smem_aligned(p6_smem_raw, &sbase);
     const int tid = threadIdx.x;
 #ifdef P6_DEV_STAMPS
     const unsigned p6_cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);

@@ -135,6 +135,18 @@ template <int NR> static __device__ __forceinline__ void wg_reg_fence(float *r)
     for (int i = 0; i < NR; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+/* The dynamic shared memory rounded up to 1024 bytes (the 128-byte swizzle's
+ * alignment; the kernels ask for 1024 bytes more): its generic pointer, and
+ * its shared-window address in *sbase. */
+static __device__ __forceinline__ unsigned char *wg_smem_aligned(unsigned char *smem_raw,
+                                                                  uint32_t *sbase)
+{
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
+    *sbase = raw + pad;
+    return smem_raw + pad;
+}
+
 /* wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups
  * 1024 bytes apart (SBO), LBO unused for this layout (1). The tile must be
  * 1024-byte aligned; +2 per k16 slice (32 bytes). */
