@@ -5,7 +5,9 @@
 # tensor-pipe activity, L2 traffic. Question it answers: is v8's main loop
 # bound by the L2 -> shared-memory traffic of its fp16 B tiles, by its
 # per-step barrier, or by A's dequantization. Needs build-dev.
-# Usage: [SHAPE=MxNxK] bench/profile-prefill.sh
+# PROF_VARIANTS: the fp4-sm90 variants profiled (default v8-prefill; each
+# variant's main kernel is prefill<n>_kernel); CUBLAS=0 skips cuBLAS.
+# Usage: [SHAPE=MxNxK] [PROF_VARIANTS="v8-prefill v14-prefill"] bench/profile-prefill.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/fp4out}
 B=./build-dev/fp4bench
@@ -23,5 +25,10 @@ prof() { # name backend kernel-regex [variant]
   grep -E "^  [a-z_0-9]+|Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Memory Throughput|Compute \(SM\)|Achieved Occ|Registers|Grid Size|Block Size|Cluster Size|Shared Memory Config|Dynamic Shared|Warp Cycles Per Issued|No Eligible|Issued Warp|stalled_.*ratio +[0-9.]+[1-9]|pipe_tensor|inst_executed.sum|dram__bytes|lts__t_|xbar2l1tex" \
     "$f" | awk '{$1=$1; print}' | grep -vE "ratio +0(\.[0-9])?[0-9]*$" | cut -c1-130 | head -60
 }
-prof v8-prefill fp4-sm90 "prefill8_kernel" v8-prefill
-prof cublas-bf16 cublas-bf16 "gemm|sm90|xmma|cutlass"
+for v in ${PROF_VARIANTS:-v8-prefill}; do
+  n=${v%%-*}
+  prof "$v" fp4-sm90 "prefill${n#v}_kernel" "$v"
+done
+# cuBLAS's own kernel (nvjet on CUDA 13; "gemm" alone also matches the
+# verification's ref_gemm_kernel)
+[ "${CUBLAS:-1}" = 1 ] && prof cublas-bf16 cublas-bf16 "nvjet|xmma|cutlass"
