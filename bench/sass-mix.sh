@@ -17,4 +17,4 @@ awk -v re="${1:-fp4_sm90|quantize}" '
   END {
     for (k in c) { split(k, p, "|"); if (c[k] * 50 >= n[p[1]]) printf "%s %s %d\n", p[1], p[2], c[k] }
     for (f in n) printf "%s TOTAL %d\n", f, n[f]
-  }' "$OUT/sass.txt" | sort | awk '{ if ($1 != last) { print "== " $1; last = $1 } print "  " $2, $3 }' | head -200
+  }' "$OUT/sass.txt" | sort | awk '{ if ($1 != last) { print "== " $1; last = $1 } print "  " $2, $3 }' | head -${MAXLINES:-800}
