@@ -404,7 +404,8 @@ int main(void)
                             FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
                             FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
                             FP4_SM90_V10_DECODE, FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL,
-                            FP4_SM90_V13_MID, FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID};
+                            FP4_SM90_V13_MID, FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID,
+                            FP4_SM90_V16_PREFILL};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_gemm(&tester, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
@@ -523,6 +524,14 @@ int main(void)
         test_shapes(&tester, FP4_SM90_V14_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
     }
     unsetenv("FP4_SM90_V14_BN");
+    /* v16-prefill: the same shapes at each tile width (its A prepass: rows
+     * past M and bytes past K zero-filled, K = 48's 24-byte rows; more
+     * k-steps than the 4- and 7-deep rings) */
+    for (int i = 0; i < 2; i++) {
+        setenv("FP4_SM90_V16_BN", v14_bns[i], 1);
+        test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+    }
+    unsetenv("FP4_SM90_V16_BN");
     /* v15-mid: as v13 (v11's host side; splits 1 / 3 / 45, v9's shapes,
      * every token tile width on a 6144- and a 640-deep shape) */
     test_splits(&tester, FP4_SM90_V15_MID, v9_split_shapes, 3);

@@ -84,11 +84,11 @@ static void test_checks(void)
     CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
     const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
                            FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL, FP4_SM90_V13_MID,
-                           FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID};
+                           FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID, FP4_SM90_V16_PREFILL};
     for (int i = 0; i < (int)(sizeof with_ws / sizeof with_ws[0]); i++) {
         a.variant = with_ws[i];
         a.m = with_ws[i] == FP4_SM90_V8_PREFILL || with_ws[i] == FP4_SM90_V12_PREFILL ||
-                      with_ws[i] == FP4_SM90_V14_PREFILL
+                      with_ws[i] == FP4_SM90_V14_PREFILL || with_ws[i] == FP4_SM90_V16_PREFILL
                   ? 4096
                   : 16;
         const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
@@ -109,6 +109,11 @@ static void test_checks(void)
     /* v8's fp16 B: 2 bytes an element of B padded to 256 rows and 64 k */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V8_PREFILL, 4096, 2048, 6144) ==
           (size_t)2048 * 6144 * 2);
+    /* v16: v8's, then A's fp16 tiles (rows padded to 128, k to 64) */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V16_PREFILL, 4096, 2048, 6144) ==
+          (size_t)2048 * 6144 * 2 + (size_t)4096 * 6144 * 2);
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_V16_PREFILL, 129, 200, 2880) ==
+          (size_t)256 * 2880 * 2 + (size_t)256 * 2880 * 2);
     /* v9: the tokens' fp16 tiles (rows padded to 256), the fp32 sums
      * [256][2048], 16 x 4 counters, each part rounded up to 256 bytes */
     CHECK(fp4_sm90_workspace_size(FP4_SM90_V9_MID, 200, 2048, 6144) ==

@@ -1,6 +1,7 @@
 /* fp4-sm90 "v14-prefill" (variant 14) and "v15-mid" (variant 15): v8's and
  * v11's operands, prepasses and host sides with a dequantizing producer
- * warpgroup, both wgmma operands in shared memory.
+ * warpgroup, both wgmma operands in shared memory. "v16-prefill" (variant
+ * 16, at the end): v14's consumers with A dequantized by a prepass as well.
  *
  * Why (docs/PERF.md, session 7): v8's and v11's consumer warps dequantize
  * their wgmma A operand into registers between wgmmas; Nsight Compute puts
@@ -74,8 +75,8 @@
 #define P14_EMPTY_COUNT P14_CONSUMERS
 
 /* shared-memory map: [ST B tiles BN x 128][ST A tiles 128 x 128][RAW x (codes
- * 128 x 32, scales 128 x 4)][ST full][ST empty] */
-template <int BN, int ST> struct p14_cfg {
+ * 128 x 32, scales 128 x 4)][ST full][ST empty]; APRE (v16): no staging ring */
+template <int BN, int ST, bool APRE = false> struct p14_cfg {
     static constexpr int BTILE = BN * 128; /* multiples of 1024: the swizzle's alignment */
     static constexpr int ATILE = WG_BM * 128;
     static constexpr int NBLK = BN >= 128 ? BN / 128 : 1;
@@ -83,7 +84,7 @@ template <int BN, int ST> struct p14_cfg {
     static constexpr int A_BASE = ST * BTILE;
     static constexpr int RAW_BASE = A_BASE + ST * ATILE;
     static constexpr int RAW_STAGE = WG_BM * WG_ROWB + WG_BM * 4;
-    static constexpr int FULL_OFF = RAW_BASE + P14_RAW * RAW_STAGE;
+    static constexpr int FULL_OFF = RAW_BASE + (APRE ? 0 : P14_RAW * RAW_STAGE);
     static constexpr int EMPTY_OFF = FULL_OFF + 8 * ST;
     static constexpr int SMEM = EMPTY_OFF + 8 * ST + 1024; /* +1024: alignment */
 };
@@ -133,18 +134,14 @@ static __device__ __forceinline__ void p14_stage_raw(uint32_t sbase, const uint8
             asf + blk * 512 + (size_t)((r & 31) * 16 + (r >> 5) * 4));
 }
 
-/* Row r of k-step ls: staged raw codes -> its 128 bytes of the fp16 A tile.
- * Code word i = 2 t + h (k-block t, half h) gives, through pair j, the word t
- * of chunk 2 j + h: v8's register fragment (wg_a_frag) in memory order. */
-template <int BN, int ST>
-static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem, int ls, int slot,
-                                                       int r)
+/* Row r of a k-step: its 32 code bytes (c0, c1) and 4 scales (sw) -> its 128
+ * bytes of the swizzled fp16 A tile at tile (shared memory, or v16's global
+ * A tiles). Code word i = 2 t + h (k-block t, half h) gives, through pair j,
+ * the word t of chunk 2 j + h: v8's register fragment (wg_a_frag) in memory
+ * order. */
+static __device__ __forceinline__ void p14_row_to_tile(uint4 c0, uint4 c1, uint32_t sw,
+                                                       unsigned char *tile, int r)
 {
-    typedef p14_cfg<BN, ST> C;
-    const unsigned char *raw = smem + C::RAW_BASE + (ls % P14_RAW) * C::RAW_STAGE;
-    const uint4 c0 = *(const uint4 *)(raw + r * WG_ROWB);
-    const uint4 c1 = *(const uint4 *)(raw + r * WG_ROWB + 16);
-    const uint32_t sw = *(const uint32_t *)(raw + WG_BM * WG_ROWB + r * 4);
     const uint32_t s02 = sf2_to_h2(sw << 7), s13 = sf2_to_h2(sw >> 1); /* k-blocks (0, 2), (1, 3) */
     const uint32_t sc[4] = {__byte_perm(s02, 0, 0x1010), __byte_perm(s13, 0, 0x1010),
                             __byte_perm(s02, 0, 0x3232), __byte_perm(s13, 0, 0x3232)};
@@ -152,7 +149,7 @@ static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem
     uint32_t p[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++) fp4_nib_pairs4(w[i], p[i]);
-    unsigned char *arow = (unsigned char *)smem + C::A_BASE + slot * C::ATILE + r * 128;
+    unsigned char *row = tile + r * 128;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
         const int j = c >> 1, h = c & 1;
@@ -161,8 +158,20 @@ static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem
         v.y = hmul2_u32(p[2 + h][j], sc[1]);
         v.z = hmul2_u32(p[4 + h][j], sc[2]);
         v.w = hmul2_u32(p[6 + h][j], sc[3]);
-        *(uint4 *)(arow + ((c ^ (r & 7)) << 4)) = v;
+        *(uint4 *)(row + ((c ^ (r & 7)) << 4)) = v;
     }
+}
+
+/* Row r of k-step ls: staged raw codes -> the A tile of ring slot `slot` */
+template <int BN, int ST>
+static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem, int ls, int slot,
+                                                       int r)
+{
+    typedef p14_cfg<BN, ST> C;
+    const unsigned char *raw = smem + C::RAW_BASE + (ls % P14_RAW) * C::RAW_STAGE;
+    p14_row_to_tile(*(const uint4 *)(raw + r * WG_ROWB), *(const uint4 *)(raw + r * WG_ROWB + 16),
+                    *(const uint32_t *)(raw + WG_BM * WG_ROWB + r * 4),
+                    (unsigned char *)smem + C::A_BASE + slot * C::ATILE, r);
 }
 #endif
 
@@ -173,7 +182,7 @@ static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem
  * their rows), bw the token prepass's tiles (N tokens, BN a tile), d [N, M];
  * grid z = K splits, reduced by the wg_slices_* epilogue (wsf, cnt: v11's
  * workspace) when > 1. */
-template <int BN, int ST, bool TR>
+template <int BN, int ST, bool TR, bool APRE>
 __global__ void __launch_bounds__(P14_THREADS, 1)
     fp4_sm90_prefill14_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                               const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
@@ -181,7 +190,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
                               unsigned *__restrict__ cnt)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
-    typedef p14_cfg<BN, ST> C;
+    typedef p14_cfg<BN, ST, APRE> C;
     extern __shared__ unsigned char p14_smem_raw[];
     uint32_t sbase = 0;
     unsigned char *smem = wg_smem_aligned(p14_smem_raw, &sbase);
@@ -193,7 +202,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 
     if (tid == 0) {
         for (int i = 0; i < ST; i++) {
-            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), P14_FULL_COUNT);
+            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), APRE ? 1 : P14_FULL_COUNT);
             wg_mbar_init(sbase + (uint32_t)(C::EMPTY_OFF + i * 8), P14_EMPTY_COUNT);
         }
         wg_mbar_init_fence();
@@ -203,12 +212,31 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
     if (tid >= P14_CONSUMERS) { /* producer warpgroup: thread r owns row r */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(P14_REGS_PRODUCER));
         const int r = tid - P14_CONSUMERS;
-        const int arow = K / 2;
-        const bool a16 = (arow % 16) == 0;
-        const size_t blk0 = (size_t)mt_blk * KS + ks0; /* (row tile, first k-step) */
         /* B's tile: BN / 128 prepass blocks (BN = 64: half of one) */
         const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P14_WS_BLOCK +
                               (BN < 128 ? (size_t)((blockIdx.y * BN) % 128) * 128 : 0);
+        if (APRE) { /* v16: thread 0 bulk-copies A's and B's prepass tiles */
+            if (r != 0) return;
+            const uint8_t *asrc = aq + (size_t)mt_blk * KS * P14_WS_BLOCK;
+#pragma unroll 1
+            for (int ls = 0; ls < KSn; ls++) {
+                const int slot = ls % ST, use = ls / ST;
+                const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
+                if (use > 0)
+                    wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
+                wg_mbar_expect(full, (uint32_t)(P14_WS_BLOCK + C::NBLK * C::BBYTES));
+                wg_bulk_g2s(sbase + (uint32_t)(C::A_BASE + slot * C::ATILE),
+                            asrc + (size_t)ls * P14_WS_BLOCK, P14_WS_BLOCK, full);
+#pragma unroll
+                for (int b = 0; b < C::NBLK; b++)
+                    wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + b * P14_WS_BLOCK),
+                                bsrc + ((size_t)b * KS + ls) * P14_WS_BLOCK, C::BBYTES, full);
+            }
+            return;
+        }
+        const int arow = K / 2;
+        const bool a16 = (arow % 16) == 0;
+        const size_t blk0 = (size_t)mt_blk * KS + ks0; /* (row tile, first k-step) */
 #pragma unroll 1
         for (int l = 0; l < P14_RAW - 1; l++) {
             if (l < KSn) p14_stage_raw<BN, ST, TR>(sbase, aq, asf, M, arow, a16, m0, blk0 + l, l, r);
@@ -274,6 +302,35 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 #endif
 }
 
+/* v16's A prepass: the tokens [M, K/2] and their swizzled scales -> fp16 A
+ * tiles laid out as v14's shared-memory A tile, one 16 KB block per (128-row
+ * tile, k-step) at (tile x KS + k-step), so the main kernel bulk-copies a
+ * block into a slot as it does B's. Grid (KS, m tiles), thread r = row r;
+ * rows past M and k past K are zeros. */
+__global__ void __launch_bounds__(WG_BM)
+    fp4_sm90_a_tiles_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf, int M,
+                            int K, int KS, uint8_t *__restrict__ tiles)
+{
+#ifdef FP4_SM90_HAVE_WGMMA
+    const int r = threadIdx.x, ks = blockIdx.x, mt = blockIdx.y;
+    const int m = mt * WG_BM + r, arow = K / 2, kbyte = ks * WG_ROWB;
+    uint2 c[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    if (m < M) { /* K / 2 is a multiple of 8: 8-byte loads stay aligned and in the row */
+        const uint8_t *row = aq + (size_t)m * arow + kbyte;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (kbyte + 8 * i < arow) c[i] = __ldg((const uint2 *)(row + 8 * i));
+    }
+    const size_t blk = (size_t)mt * KS + ks;
+    const uint32_t sw = __ldg((const uint32_t *)(asf + blk * 512 + (size_t)((r & 31) * 16 + (r >> 5) * 4)));
+    p14_row_to_tile(make_uint4(c[0].x, c[0].y, c[1].x, c[1].y), make_uint4(c[2].x, c[2].y, c[3].x, c[3].y),
+                    sw, tiles + blk * P14_WS_BLOCK, r);
+#else
+    (void)aq, (void)asf, (void)M, (void)K, (void)KS, (void)tiles;
+    __trap(); /* built for sm_90a only; the launch refuses other targets first */
+#endif
+}
+
 /* ---- host side ---------------------------------------------------------------------- */
 
 /* v14's (BN, ring depth) and v15's (token tile, ring depth): what fits 227 KB */
@@ -283,11 +340,33 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 fp4_status fp4_sm90_prefill14_init(fp4_err *err)
 {
 #define P14_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, false>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p14_cfg<BN_, ST_>::SMEM));
     P14_FOR_EACH_CFG(P14_SET_SMEM)
 #undef P14_SET_SMEM
+    return FP4_OK;
+}
+
+/* The main kernel of v14 (aq, asf: the tokens and their scales) or v16 (aq:
+ * the A prepass's tiles, asf unused) over v8's weight tiles at the workspace's
+ * start. */
+static fp4_status p14_launch_main(const void *kernel, int smem, int bn, const fp4_sm90_gemm_args *a,
+                                  const uint8_t *aq, const uint8_t *asf, cudaStream_t stream,
+                                  fp4_err *err)
+{
+    const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
+    const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
+    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
+    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
+    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
+    float *no_wsf = NULL;
+    unsigned *no_cnt = NULL;
+    void *args[] = {(void *)&aq,        (void *)&asf,     (void *)&a->workspace, (void *)&a->d,
+                    (void *)&M,         (void *)&N,       (void *)&K,            (void *)&KS,
+                    (void *)&alpha_eff, (void *)&no_wsf,  (void *)&no_cnt};
+    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P14_THREADS), args,
+                                       (size_t)smem, stream));
     return FP4_OK;
 }
 
@@ -298,7 +377,7 @@ fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cu
     const void *kernel = NULL;
     int smem = 0;
 #define P14_PICK(BN_, ST_)                                                                     \
-    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, smem = p14_cfg<BN_, ST_>::SMEM;
+    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, false>, smem = p14_cfg<BN_, ST_>::SMEM;
     P14_FOR_EACH_CFG(P14_PICK)
 #undef P14_PICK
     if (!kernel)
@@ -307,19 +386,7 @@ fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cu
     if (st != FP4_OK) return st;
     /* v8's checks (shape, workspace) and its weight prepass (parts = 1) */
     if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
-    const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
-    const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
-    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
-    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
-    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
-    float *no_wsf = NULL;
-    unsigned *no_cnt = NULL;
-    void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
-                    (void *)&M,          (void *)&N,       (void *)&K,          (void *)&KS,
-                    (void *)&alpha_eff,  (void *)&no_wsf,  (void *)&no_cnt};
-    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P14_THREADS), args,
-                                       (size_t)smem, stream));
-    return FP4_OK;
+    return p14_launch_main(kernel, smem, bn, a, a->a_codes, a->a_sf, stream, err);
 }
 
 /* FP4_SM90_V14_BN = 128|256 forces the tile width (development and tests) */
@@ -332,7 +399,7 @@ fp4_status fp4_sm90_prefill14_launch(const fp4_sm90_gemm_args *a, cudaStream_t s
 fp4_status fp4_sm90_mid15_init(fp4_err *err)
 {
 #define P15_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true, false>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p14_cfg<BN_, ST_>::SMEM));
     P15_FOR_EACH_CFG(P15_SET_SMEM)
@@ -345,7 +412,7 @@ static fp4_status p15_pick(int bn, const void **kernel, int *smem, int *threads,
     *kernel = NULL;
     *threads = P14_THREADS;
 #define P15_PICK(BN_, ST_)                                                                     \
-    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, *smem = p14_cfg<BN_, ST_>::SMEM;
+    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true, false>, *smem = p14_cfg<BN_, ST_>::SMEM;
     P15_FOR_EACH_CFG(P15_PICK)
 #undef P15_PICK
     if (!*kernel)
@@ -356,4 +423,90 @@ static fp4_status p15_pick(int bn, const void **kernel, int *smem, int *threads,
 fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
     return fp4_sm90_mid11_launch_with(a, "v15-mid", p15_pick, stream, err);
+}
+
+/* ---- v16-prefill: v14's consumers, A and B both from prepass tiles ------------------
+ *
+ * Why: v14's consumers only wait and issue wgmmas, but its producer warpgroup
+ * does not keep the ring ahead (session 8: long-scoreboard stalls 5.09 an
+ * instruction, the consumers wait at the full barriers). v16 moves A's
+ * dequantization out of the main kernel as v8 moved B's: a prepass
+ * (fp4_sm90_a_tiles_kernel) writes A's fp16 tiles, byte for byte v14's
+ * shared-memory A tiles, and one producer thread bulk-copies A's 16 KB and
+ * B's BN x 128 bytes into each slot (one full-barrier arrival with the bytes).
+ * The main kernel is then a plain fp16 GEMM on our wgmma pipeline, which also
+ * measures that pipeline's ceiling.
+ * Cost: A's tiles are M x K x 2 bytes of workspace (4x A's codes), written
+ * and read once more per call: M K (2 + 0.56) bytes of traffic.
+ * Prediction (4096x2048x6144): the main loop at v8's harness figure without
+ * A's dequantization (780 TFLOP/s: 132 us), A's prepass ~15 us (64 MB at
+ * ~4.4 TB/s), B's 9-11 us: ~157 us against v8's 171.5 (0.85x cuBLAS bf16);
+ * 8192^3: main ~1570 us at the power cap, prepasses 2 x 48 us: ~0.94x.
+ * Results: the same fp16 operands and wgmma order as v14, so the same
+ * products as v8 / v14; the GPU test checks against the exact reference. */
+
+/* v16's (BN, ring depth): no staging ring, so 7 stages fit at BN = 128 */
+#define P16_FOR_EACH_CFG(X) X(256, 4) X(128, 7)
+
+/* v8's weight tiles, then the A tiles (rows padded to 128) */
+size_t fp4_sm90_prefill16_ws_size(int64_t m, int64_t n, int64_t k)
+{
+    const size_t ks = (size_t)((k + WG_BK - 1) / WG_BK);
+    return fp4_sm90_prefill8_ws_size(m, n, k) + (size_t)((m + WG_BM - 1) / WG_BM) * ks * P14_WS_BLOCK;
+}
+
+fp4_status fp4_sm90_prefill16_init(fp4_err *err)
+{
+#define P16_SET_SMEM(BN_, ST_)                                                                 \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, true>, \
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                                           p14_cfg<BN_, ST_, true>::SMEM));
+    P16_FOR_EACH_CFG(P16_SET_SMEM)
+#undef P16_SET_SMEM
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int parts,
+                                         cudaStream_t stream, fp4_err *err)
+{
+    if (bn == 0) bn = fp4_sm90_prefill8_bn(a->m, a->n, a->k, a->num_sms);
+    if (parts == 0) parts = 3;
+    const void *kernel = NULL;
+    int smem = 0;
+#define P16_PICK(BN_, ST_)                                                                     \
+    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, true>, smem = p14_cfg<BN_, ST_, true>::SMEM;
+    P16_FOR_EACH_CFG(P16_PICK)
+#undef P16_PICK
+    if (!kernel)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v16-prefill: no kernel for tile width %d", bn);
+    fp4_status st = fp4_sm90_wgmma_runs_here(kernel, "v16-prefill", err);
+    if (st != FP4_OK) return st;
+    const size_t ws_need = fp4_sm90_prefill16_ws_size(a->m, a->n, a->k);
+    if (!a->workspace || a->workspace_bytes < ws_need || ((uintptr_t)a->workspace & 15))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "fp4-sm90 v16-prefill: needs a 16-byte aligned workspace of %zu bytes "
+                        "(got %zu at %p)",
+                        ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
+    if ((a->m + WG_BM - 1) / WG_BM > 65535)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v16-prefill: M = %lld has more than "
+                        "65535 row tiles", (long long)a->m);
+    uint8_t *a_tiles = (uint8_t *)a->workspace + fp4_sm90_prefill8_ws_size(a->m, a->n, a->k);
+    if (parts & 1) {
+        /* v8's checks (shape, workspace) and its weight prepass, then A's */
+        if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
+        const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
+        const dim3 grid((unsigned)KS, (unsigned)((a->m + WG_BM - 1) / WG_BM));
+        fp4_sm90_a_tiles_kernel<<<grid, WG_BM, 0, stream>>>(a->a_codes, a->a_sf, (int)a->m,
+                                                            (int)a->k, KS, a_tiles);
+        FP4_CUDA_LAUNCH_TRY(err);
+    }
+    if (parts & 2) return p14_launch_main(kernel, smem, bn, a, a_tiles, NULL, stream, err);
+    return FP4_OK;
+}
+
+/* FP4_SM90_V16_BN = 128|256 forces the tile width (development and tests) */
+fp4_status fp4_sm90_prefill16_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+{
+    const char *bn_env = getenv("FP4_SM90_V16_BN");
+    return fp4_sm90_prefill16_launch_cfg(a, bn_env ? atoi(bn_env) : 0, 3, stream, err);
 }
