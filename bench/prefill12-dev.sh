@@ -7,7 +7,8 @@
 # v8-prefill) forced beside cuBLAS bf16 on the prefill shapes (SHAPES),
 # MID_VARIANTS (default MV and v11-mid) on MID_SHAPES, v12's tile widths and
 # ring depths (CFGS, "BNxST ..."), Nsight Compute of the main kernels at
-# PROF_SHAPE (PROF=1; PROF_VARIANTS) and their static SASS mix (SASS=1).
+# PROF_SHAPE (PROF=1; PROF_VARIANTS; PROF_REGEX and PROF_COUNT pick other
+# kernels, e.g. the prepasses) and their static SASS mix (SASS=1).
 # SAN=first (default) | last | 0: the sanitizers before the timings, after
 # them, or not at all. Output under $OUT.
 set -uo pipefail
@@ -62,8 +63,8 @@ if [ "${PROF:-1}" = 1 ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   for v in ${PROF_VARIANTS:-$PV v8-prefill}; do
     f="$OUT/ncu-$v-${PROF_SHAPE:-4096x2048x6144}.txt"
-    FP4_SM90_KERNEL=$v timeout 150 "$NCU" --clock-control none --kernel-name "regex:prefill(8|12|14)_kernel" \
-      --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    FP4_SM90_KERNEL=$v timeout 150 "$NCU" --clock-control none --kernel-name "regex:${PROF_REGEX:-prefill(8|12|14)_kernel}" \
+      --launch-skip 0 --launch-count ${PROF_COUNT:-1} --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section SchedulerStats \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum" \
       $B run --backend fp4-sm90 --shape "${PROF_SHAPE:-4096x2048x6144}" --verify-only --no-ceilings --quiet >"$f" 2>&1
