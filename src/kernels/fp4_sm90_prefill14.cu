@@ -305,26 +305,82 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 /* v16's A prepass: the tokens [M, K/2] and their swizzled scales -> fp16 A
  * tiles laid out as v14's shared-memory A tile, one 16 KB block per (128-row
  * tile, k-step) at (tile x KS + k-step), so the main kernel bulk-copies a
- * block into a slot as it does B's. Grid (KS, m tiles), thread r = row r;
- * rows past M and k past K are zeros. */
+ * block into a slot as it does B's. Rows past M and k past K are zeros.
+ * A block (128 threads) does P16_AG k-steps of one row tile, so that every
+ * global access is coalesced (session 9, first version: a thread read its
+ * row's 32 bytes straight from global and stored 16-byte pieces of 32 rows
+ * at once: 77 us at 4096 x 6144, long-scoreboard and LSU-queue stalls):
+ *   1. the rows' P16_AG x 32 code bytes (8 threads a 128-byte row, 16 or 8
+ *      bytes a load) and the P16_AG scale tiles (contiguous, 512 bytes each)
+ *      into shared memory, the codes' 16-byte chunks XOR-swizzled by row so
+ *      that step 2 reads them without bank conflicts;
+ *   2. thread r dequantizes row r of each k-step (p14_row_to_tile) into the
+ *      block's output tiles in shared memory;
+ *   3. one thread bulk-stores them (cp.async.bulk shared -> global): the
+ *      P16_AG tiles are consecutive blocks of the output. */
+#define P16_AG 4 /* k-steps a prepass block */
+#define P16_AG_SMEM (P16_AG * P14_WS_BLOCK + WG_BM * P16_AG * WG_ROWB + P16_AG * 512)
+
 __global__ void __launch_bounds__(WG_BM)
     fp4_sm90_a_tiles_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf, int M,
                             int K, int KS, uint8_t *__restrict__ tiles)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
-    const int r = threadIdx.x, ks = blockIdx.x, mt = blockIdx.y;
-    const int m = mt * WG_BM + r, arow = K / 2, kbyte = ks * WG_ROWB;
-    uint2 c[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-    if (m < M) { /* K / 2 is a multiple of 8: 8-byte loads stay aligned and in the row */
-        const uint8_t *row = aq + (size_t)m * arow + kbyte;
+    extern __shared__ __align__(128) unsigned char p16_smem[];
+    unsigned char *out = p16_smem;                         /* P16_AG x 16 KB */
+    unsigned char *raw = out + P16_AG * P14_WS_BLOCK;      /* 128 rows x P16_AG x 32 bytes */
+    unsigned char *sf = raw + WG_BM * P16_AG * WG_ROWB;    /* P16_AG x 512 */
+    const int tid = threadIdx.x, mt = blockIdx.y, ks0 = blockIdx.x * P16_AG;
+    const int nks = min(P16_AG, KS - ks0), arow = K / 2;
+    const bool a16 = (arow % 16) == 0;
+    /* 1. codes: chunk e = (row, 16-byte column c) of the block's 128 x 128 bytes */
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (kbyte + 8 * i < arow) c[i] = __ldg((const uint2 *)(row + 8 * i));
+    for (int i = 0; i < WG_BM * P16_AG * WG_ROWB / 16 / WG_BM; i++) {
+        const int e = i * WG_BM + tid, row = e >> 3, c = e & 7;
+        const int m = mt * WG_BM + row, kb = ks0 * WG_ROWB + c * 16;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (m < M) {
+            const uint8_t *src = aq + (size_t)m * arow + kb;
+            if (a16 && kb + 16 <= arow) {
+                v = __ldg((const uint4 *)src);
+            } else { /* K / 2 a multiple of 8: two aligned halves */
+                if (kb + 8 <= arow) {
+                    const uint2 h = __ldg((const uint2 *)src);
+                    v.x = h.x, v.y = h.y;
+                }
+                if (kb + 16 <= arow) {
+                    const uint2 h = __ldg((const uint2 *)(src + 8));
+                    v.z = h.x, v.w = h.y;
+                }
+            }
+        }
+        *(uint4 *)(raw + row * 128 + ((c ^ (row & 7)) << 4)) = v;
     }
-    const size_t blk = (size_t)mt * KS + ks;
-    const uint32_t sw = __ldg((const uint32_t *)(asf + blk * 512 + (size_t)((r & 31) * 16 + (r >> 5) * 4)));
-    p14_row_to_tile(make_uint4(c[0].x, c[0].y, c[1].x, c[1].y), make_uint4(c[2].x, c[2].y, c[3].x, c[3].y),
-                    sw, tiles + blk * P14_WS_BLOCK, r);
+    /* the scale tiles of k-steps ks0 .. ks0 + nks - 1: contiguous */
+    const uint8_t *sf_src = asf + ((size_t)mt * KS + ks0) * 512;
+    for (int e = tid; e < nks * 32; e += WG_BM)
+        *(uint4 *)(sf + e * 16) = __ldg((const uint4 *)(sf_src + e * 16));
+    __syncthreads();
+    /* 2. row tid of each k-step: chunks 2 j and 2 j + 1 of its raw row */
+    const int r = tid;
+    for (int j = 0; j < nks; j++) {
+        const uint4 c0 = *(const uint4 *)(raw + r * 128 + (((2 * j) ^ (r & 7)) << 4));
+        const uint4 c1 = *(const uint4 *)(raw + r * 128 + (((2 * j + 1) ^ (r & 7)) << 4));
+        const uint32_t sw = *(const uint32_t *)(sf + j * 512 + (r & 31) * 16 + (r >> 5) * 4);
+        p14_row_to_tile(c0, c1, sw, out + j * P14_WS_BLOCK, r);
+    }
+    wg_fence_async_smem(); /* the generic stores, visible to the bulk copy */
+    __syncthreads();
+    /* 3. one bulk store of the nks consecutive tiles */
+    if (tid == 0) {
+        uint8_t *dst = tiles + ((size_t)mt * KS + ks0) * P14_WS_BLOCK;
+        const uint32_t src = (uint32_t)__cvta_generic_to_shared(out);
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
+                     "r"((uint32_t)(nks * P14_WS_BLOCK))
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); /* done before the block exits */
+    }
 #else
     (void)aq, (void)asf, (void)M, (void)K, (void)KS, (void)tiles;
     __trap(); /* built for sm_90a only; the launch refuses other targets first */
@@ -463,6 +519,8 @@ fp4_status fp4_sm90_prefill16_init(fp4_err *err)
                                            p14_cfg<BN_, ST_, true>::SMEM));
     P16_FOR_EACH_CFG(P16_SET_SMEM)
 #undef P16_SET_SMEM
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_a_tiles_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, P16_AG_SMEM));
     return FP4_OK;
 }
 
@@ -495,9 +553,9 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
         /* v8's checks (shape, workspace) and its weight prepass, then A's */
         if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
         const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
-        const dim3 grid((unsigned)KS, (unsigned)((a->m + WG_BM - 1) / WG_BM));
-        fp4_sm90_a_tiles_kernel<<<grid, WG_BM, 0, stream>>>(a->a_codes, a->a_sf, (int)a->m,
-                                                            (int)a->k, KS, a_tiles);
+        const dim3 grid((unsigned)((KS + P16_AG - 1) / P16_AG), (unsigned)((a->m + WG_BM - 1) / WG_BM));
+        fp4_sm90_a_tiles_kernel<<<grid, WG_BM, P16_AG_SMEM, stream>>>(a->a_codes, a->a_sf, (int)a->m,
+                                                                      (int)a->k, KS, a_tiles);
         FP4_CUDA_LAUNCH_TRY(err);
     }
     if (parts & 2) return p14_launch_main(kernel, smem, bn, a, a_tiles, NULL, stream, err);
