@@ -89,8 +89,8 @@
  *  16 "v16-prefill" large M: v8's packing and weight prepass; a second
  *                   prepass dequantizes A into fp16 tiles of v14's layout
  *                   (workspace), so v14's consumers read both operands from
- *                   bulk-copied tiles and one producer thread only copies
- *                   (same file).
+ *                   bulk-copied tiles and one producer thread only copies;
+ *                   persistent CTAs (same file).
  * The choice (fp4_sm90_choose) is explicit and can be forced by
  * the environment variable
  * FP4_SM90_KERNEL=<name>|<alias>|<number> (fp4_sm90_variant_parse).
@@ -142,7 +142,7 @@ enum {
 #define FP4_SM90_V12_SUMMARY "large M: v8's operands and prepass, a producer warp and full/empty mbarriers instead of the per-step barrier"
 #define FP4_SM90_V13_SUMMARY "mid M: v11 (tokens by prepass, split K by slices) with v12's producer warp; weights' first copies before the prepass ends"
 #define FP4_SM90_V14_SUMMARY "large M: v8's operands and prepass; a producer warpgroup dequantizes A into smem, wgmma with both operands in smem"
-#define FP4_SM90_V16_SUMMARY "large M: v14's consumers with A dequantized by a prepass too: both operands bulk-copied from fp16 tiles"
+#define FP4_SM90_V16_SUMMARY "large M: v14's consumers with A dequantized by a prepass too: both operands bulk-copied from fp16 tiles, persistent"
 #define FP4_SM90_V15_SUMMARY "mid M: v11's operands, prepass, splits and epilogue with v14's loop (weights dequantized into smem by producers)"
 #define FP4_SM90_V6_SUMMARY "small M: v4's weights, tokens dequantized once per block into smem, 8 warps share a K range"
 
@@ -382,13 +382,14 @@ fp4_status fp4_sm90_mid15_init(fp4_err *err);
 fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
 /* v16-prefill (same file): v8's packing, fits and weight prepass; its own
  * workspace (v8's, then the A tiles); launch_cfg forces the tile width (0 =
- * v8's rule, 128, 256) and the parts (1 = both prepasses, 2 = the main
+ * v8's rule, 128, 256), the persistent grid (ctas 0 = automatic; the tile
+ * count = one tile a CTA) and the parts (1 = both prepasses, 2 = the main
  * kernel on the tiles the last prepasses wrote, 3 = all) */
 size_t fp4_sm90_prefill16_ws_size(int64_t m, int64_t n, int64_t k);
 fp4_status fp4_sm90_prefill16_init(fp4_err *err);
 fp4_status fp4_sm90_prefill16_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                      fp4_err *err);
-fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int parts,
+fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int parts,
                                          cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus

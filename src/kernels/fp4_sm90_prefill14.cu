@@ -182,7 +182,7 @@ static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem
  * their rows), bw the token prepass's tiles (N tokens, BN a tile), d [N, M];
  * grid z = K splits, reduced by the wg_slices_* epilogue (wsf, cnt: v11's
  * workspace) when > 1. */
-template <int BN, int ST, bool TR, bool APRE>
+template <int BN, int ST, bool TR>
 __global__ void __launch_bounds__(P14_THREADS, 1)
     fp4_sm90_prefill14_kernel(const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                               const uint8_t *__restrict__ bw, __nv_bfloat16 *__restrict__ d, int M,
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
                               unsigned *__restrict__ cnt)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
-    typedef p14_cfg<BN, ST, APRE> C;
+    typedef p14_cfg<BN, ST> C;
     extern __shared__ unsigned char p14_smem_raw[];
     uint32_t sbase = 0;
     unsigned char *smem = wg_smem_aligned(p14_smem_raw, &sbase);
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 
     if (tid == 0) {
         for (int i = 0; i < ST; i++) {
-            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), APRE ? 1 : P14_FULL_COUNT);
+            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), P14_FULL_COUNT);
             wg_mbar_init(sbase + (uint32_t)(C::EMPTY_OFF + i * 8), P14_EMPTY_COUNT);
         }
         wg_mbar_init_fence();
@@ -215,25 +215,6 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
         /* B's tile: BN / 128 prepass blocks (BN = 64: half of one) */
         const uint8_t *bsrc = bw + (size_t)(blockIdx.y * BN / 128) * KS * P14_WS_BLOCK +
                               (BN < 128 ? (size_t)((blockIdx.y * BN) % 128) * 128 : 0);
-        if (APRE) { /* v16: thread 0 bulk-copies A's and B's prepass tiles */
-            if (r != 0) return;
-            const uint8_t *asrc = aq + (size_t)mt_blk * KS * P14_WS_BLOCK;
-#pragma unroll 1
-            for (int ls = 0; ls < KSn; ls++) {
-                const int slot = ls % ST, use = ls / ST;
-                const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
-                if (use > 0)
-                    wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
-                wg_mbar_expect(full, (uint32_t)(P14_WS_BLOCK + C::NBLK * C::BBYTES));
-                wg_bulk_g2s(sbase + (uint32_t)(C::A_BASE + slot * C::ATILE),
-                            asrc + (size_t)ls * P14_WS_BLOCK, P14_WS_BLOCK, full);
-#pragma unroll
-                for (int b = 0; b < C::NBLK; b++)
-                    wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + b * P14_WS_BLOCK),
-                                bsrc + ((size_t)b * KS + ls) * P14_WS_BLOCK, C::BBYTES, full);
-            }
-            return;
-        }
         const int arow = K / 2;
         const bool a16 = (arow % 16) == 0;
         const size_t blk0 = (size_t)mt_blk * KS + ks0; /* (row tile, first k-step) */
@@ -387,6 +368,91 @@ __global__ void __launch_bounds__(WG_BM)
 #endif
 }
 
+/* v16's main kernel: v14's consumers and shared-memory map without the
+ * staging ring; A's and B's tiles both come from the prepasses, so the
+ * producer warpgroup is one thread that bulk-copies A's 16 KB and B's BN x
+ * 128 bytes into each slot (full mbarrier: one arrival with the bytes).
+ * Persistent: CTA c does tiles c, c + gridDim.x, ... (tile t: m tile t %
+ * mtiles, n tile t / mtiles, the m tiles fastest as v8's grid), the ring's
+ * stage counter running on across tiles, so the producer fills the next
+ * tile's first slots while the consumers store the last tile's D.
+ * at: the A prepass's tiles; bw: v8's weight prepass tiles (BN 128 or 256). */
+template <int BN, int ST>
+__global__ void __launch_bounds__(P14_THREADS, 1)
+    fp4_sm90_prefill16_kernel(const uint8_t *__restrict__ at, const uint8_t *__restrict__ bw,
+                              __nv_bfloat16 *__restrict__ d, int M, int N, int KS, int mtiles,
+                              int tiles, float alpha_eff)
+{
+#ifdef FP4_SM90_HAVE_WGMMA
+    typedef p14_cfg<BN, ST, true> C;
+    extern __shared__ unsigned char p14_smem_raw[];
+    uint32_t sbase = 0;
+    unsigned char *smem = wg_smem_aligned(p14_smem_raw, &sbase);
+    (void)smem;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++) {
+            wg_mbar_init(sbase + (uint32_t)(C::FULL_OFF + i * 8), 1);
+            wg_mbar_init(sbase + (uint32_t)(C::EMPTY_OFF + i * 8), P14_EMPTY_COUNT);
+        }
+        wg_mbar_init_fence();
+    }
+    __syncthreads(); /* the only CTA-wide barrier */
+
+    if (tid >= P14_CONSUMERS) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(P14_REGS_PRODUCER));
+        if (tid != P14_CONSUMERS) return;
+        int g = 0; /* stages issued, over all tiles */
+#pragma unroll 1
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const uint8_t *asrc = at + (size_t)(t % mtiles) * KS * P14_WS_BLOCK;
+            const uint8_t *bsrc = bw + (size_t)((t / mtiles) * BN / 128) * KS * P14_WS_BLOCK;
+#pragma unroll 1
+            for (int ls = 0; ls < KS; ls++, g++) {
+                const int slot = g % ST, use = g / ST;
+                const uint32_t full = sbase + (uint32_t)(C::FULL_OFF + slot * 8);
+                if (use > 0) /* the consumers released this slot's previous use */
+                    wg_mbar_wait(sbase + (uint32_t)(C::EMPTY_OFF + slot * 8), (uint32_t)((use - 1) & 1));
+                wg_mbar_expect(full, (uint32_t)(P14_WS_BLOCK + C::NBLK * C::BBYTES));
+                wg_bulk_g2s(sbase + (uint32_t)(C::A_BASE + slot * C::ATILE),
+                            asrc + (size_t)ls * P14_WS_BLOCK, P14_WS_BLOCK, full);
+#pragma unroll
+                for (int b = 0; b < C::NBLK; b++) /* block b of k-step ls: (b KS + ls) */
+                    wg_bulk_g2s(sbase + (uint32_t)(slot * C::BTILE + b * P14_WS_BLOCK),
+                                bsrc + ((size_t)b * KS + ls) * P14_WS_BLOCK, C::BBYTES, full);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(P14_REGS_CONSUMER));
+    const uint32_t a_off = (uint32_t)((tid >> 7) * 64 * 128); /* my warpgroup's 64 rows */
+    float acc[BN / 2]; /* each tile's first wgmma runs with scale-d = 0 */
+    int g = 0;
+#pragma unroll 1
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+#pragma unroll 1
+        for (int s = 0; s < KS; s++, g++) {
+            const int slot = g % ST;
+            wg_mbar_wait(sbase + (uint32_t)(C::FULL_OFF + slot * 8), (uint32_t)((g / ST) & 1));
+            wg_fence();
+            wg_mma_ss_step<BN>(acc, sbase + (uint32_t)(C::A_BASE + slot * C::ATILE) + a_off,
+                               sbase + (uint32_t)(slot * C::BTILE), s == 0);
+            wg_commit();
+            wg_wait<1>(); /* step s - 1 retired: its slot is free */
+            if (s > 0) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8));
+        }
+        wg_wait<0>();
+        wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8)); /* the tile's last */
+        wg_reg_fence<BN / 2>(acc);
+        wg_store_d<BN>(acc, d, M, N, (t % mtiles) * WG_BM, (t / mtiles) * BN, alpha_eff, tid);
+    }
+#else
+    (void)at, (void)bw, (void)d, (void)M, (void)N, (void)KS, (void)mtiles, (void)tiles, (void)alpha_eff;
+    __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
+#endif
+}
+
 /* ---- host side ---------------------------------------------------------------------- */
 
 /* v14's (BN, ring depth) and v15's (token tile, ring depth): what fits 227 KB */
@@ -396,7 +462,7 @@ __global__ void __launch_bounds__(WG_BM)
 fp4_status fp4_sm90_prefill14_init(fp4_err *err)
 {
 #define P14_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, false>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p14_cfg<BN_, ST_>::SMEM));
     P14_FOR_EACH_CFG(P14_SET_SMEM)
@@ -433,7 +499,7 @@ fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cu
     const void *kernel = NULL;
     int smem = 0;
 #define P14_PICK(BN_, ST_)                                                                     \
-    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, false>, smem = p14_cfg<BN_, ST_>::SMEM;
+    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false>, smem = p14_cfg<BN_, ST_>::SMEM;
     P14_FOR_EACH_CFG(P14_PICK)
 #undef P14_PICK
     if (!kernel)
@@ -455,7 +521,7 @@ fp4_status fp4_sm90_prefill14_launch(const fp4_sm90_gemm_args *a, cudaStream_t s
 fp4_status fp4_sm90_mid15_init(fp4_err *err)
 {
 #define P15_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true, false>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p14_cfg<BN_, ST_>::SMEM));
     P15_FOR_EACH_CFG(P15_SET_SMEM)
@@ -468,7 +534,7 @@ static fp4_status p15_pick(int bn, const void **kernel, int *smem, int *threads,
     *kernel = NULL;
     *threads = P14_THREADS;
 #define P15_PICK(BN_, ST_)                                                                     \
-    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true, false>, *smem = p14_cfg<BN_, ST_>::SMEM;
+    if (bn == BN_) *kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, true>, *smem = p14_cfg<BN_, ST_>::SMEM;
     P15_FOR_EACH_CFG(P15_PICK)
 #undef P15_PICK
     if (!*kernel)
@@ -491,7 +557,8 @@ fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t strea
  * shared-memory A tiles, and one producer thread bulk-copies A's 16 KB and
  * B's BN x 128 bytes into each slot (one full-barrier arrival with the bytes).
  * The main kernel is then a plain fp16 GEMM on our wgmma pipeline, which also
- * measures that pipeline's ceiling.
+ * measures that pipeline's ceiling; it is persistent (fp4_sm90_prefill16_kernel)
+ * so that a tile's pipeline fill hides under the previous tile's epilogue.
  * Cost: A's tiles are M x K x 2 bytes of workspace (4x A's codes), written
  * and read once more per call: M K (2 + 0.56) bytes of traffic.
  * Prediction (4096x2048x6144): the main loop at v8's harness figure without
@@ -514,7 +581,7 @@ size_t fp4_sm90_prefill16_ws_size(int64_t m, int64_t n, int64_t k)
 fp4_status fp4_sm90_prefill16_init(fp4_err *err)
 {
 #define P16_SET_SMEM(BN_, ST_)                                                                 \
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, true>, \
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute((const void *)fp4_sm90_prefill16_kernel<BN_, ST_>, \
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,         \
                                            p14_cfg<BN_, ST_, true>::SMEM));
     P16_FOR_EACH_CFG(P16_SET_SMEM)
@@ -524,7 +591,7 @@ fp4_status fp4_sm90_prefill16_init(fp4_err *err)
     return FP4_OK;
 }
 
-fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int parts,
+fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int parts,
                                          cudaStream_t stream, fp4_err *err)
 {
     if (bn == 0) bn = fp4_sm90_prefill8_bn(a->m, a->n, a->k, a->num_sms);
@@ -532,7 +599,7 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
     const void *kernel = NULL;
     int smem = 0;
 #define P16_PICK(BN_, ST_)                                                                     \
-    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill14_kernel<BN_, ST_, false, true>, smem = p14_cfg<BN_, ST_, true>::SMEM;
+    if (bn == BN_) kernel = (const void *)fp4_sm90_prefill16_kernel<BN_, ST_>, smem = p14_cfg<BN_, ST_, true>::SMEM;
     P16_FOR_EACH_CFG(P16_PICK)
 #undef P16_PICK
     if (!kernel)
@@ -558,13 +625,34 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
                                                                       (int)a->k, KS, a_tiles);
         FP4_CUDA_LAUNCH_TRY(err);
     }
-    if (parts & 2) return p14_launch_main(kernel, smem, bn, a, a_tiles, NULL, stream, err);
+    if (parts & 2) {
+        /* persistent: as many CTAs as the waves need to give each the same
+         * number of tiles (at most one a SM); ctas = tiles: one tile a CTA */
+        const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
+        const int mtiles = (int)((a->m + WG_BM - 1) / WG_BM);
+        const int64_t tiles64 = (int64_t)mtiles * ((a->n + bn - 1) / bn);
+        if (tiles64 > INT32_MAX)
+            return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v16-prefill: %lld tiles",
+                            (long long)tiles64);
+        const int tiles = (int)tiles64, sms = a->num_sms > 0 ? a->num_sms : 1;
+        const int waves = (tiles + sms - 1) / sms;
+        if (ctas <= 0 || ctas > tiles) ctas = (tiles + waves - 1) / waves;
+        const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
+        const int M = (int)a->m, N = (int)a->n;
+        const uint8_t *at = a_tiles;
+        void *args[] = {(void *)&at, (void *)&a->workspace, (void *)&a->d, (void *)&M, (void *)&N,
+                        (void *)&KS, (void *)&mtiles, (void *)&tiles, (void *)&alpha_eff};
+        FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3((unsigned)ctas), dim3(P14_THREADS), args,
+                                           (size_t)smem, stream));
+    }
     return FP4_OK;
 }
 
-/* FP4_SM90_V16_BN = 128|256 forces the tile width (development and tests) */
+/* FP4_SM90_V16_BN = 128|256 forces the tile width, FP4_SM90_V16_CTAS the
+ * persistent grid (development and tests) */
 fp4_status fp4_sm90_prefill16_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
-    const char *bn_env = getenv("FP4_SM90_V16_BN");
-    return fp4_sm90_prefill16_launch_cfg(a, bn_env ? atoi(bn_env) : 0, 3, stream, err);
+    const char *bn_env = getenv("FP4_SM90_V16_BN"), *ctas_env = getenv("FP4_SM90_V16_CTAS");
+    return fp4_sm90_prefill16_launch_cfg(a, bn_env ? atoi(bn_env) : 0, ctas_env ? atoi(ctas_env) : 0,
+                                         3, stream, err);
 }
