@@ -291,15 +291,22 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
  * global access is coalesced (session 9, first version: a thread read its
  * row's 32 bytes straight from global and stored 16-byte pieces of 32 rows
  * at once: 77 us at 4096 x 6144, long-scoreboard and LSU-queue stalls):
- *   1. the rows' P16_AG x 32 code bytes (8 threads a 128-byte row, 16 or 8
+ *   1. the rows' P16_AG x 32 code bytes (2 P16_AG threads a row, 16 or 8
  *      bytes a load) and the P16_AG scale tiles (contiguous, 512 bytes each)
- *      into shared memory, the codes' 16-byte chunks XOR-swizzled by row so
- *      that step 2 reads them without bank conflicts;
+ *      into shared memory, the codes' 16-byte chunks XOR-swizzled by row
+ *      (P16_SWZ) so that step 2 reads them without bank conflicts;
  *   2. thread r dequantizes row r of each k-step (p14_row_to_tile) into the
  *      block's output tiles in shared memory;
  *   3. one thread bulk-stores them (cp.async.bulk shared -> global): the
- *      P16_AG tiles are consecutive blocks of the output. */
-#define P16_AG 4 /* k-steps a prepass block */
+ *      P16_AG tiles are consecutive blocks of the output.
+ * P16_AG = 2 (41 KB of shared memory, 5 blocks a SM): session 9's call 2
+ * measured P16_AG = 4 (84 KB, 2 blocks a SM) at 27.8 us for 4096 x 6144,
+ * latency-bound (86% of cycles with no eligible warp). */
+#define P16_AG 2 /* k-steps a prepass block */
+#define P16_CPR (2 * P16_AG) /* 16-byte chunks of a staged row */
+/* chunk c of staged row r: 8 consecutive rows' chunk c fall on 8 distinct
+ * 16-byte bank groups (a row is 64 bytes at P16_AG = 2) */
+#define P16_SWZ(r, c) ((((c) ^ ((r) >> 1)) & (P16_CPR - 1)) << 4)
 #define P16_AG_SMEM (P16_AG * P14_WS_BLOCK + WG_BM * P16_AG * WG_ROWB + P16_AG * 512)
 
 __global__ void __launch_bounds__(WG_BM)
@@ -316,8 +323,8 @@ __global__ void __launch_bounds__(WG_BM)
     const bool a16 = (arow % 16) == 0;
     /* 1. codes: chunk e = (row, 16-byte column c) of the block's 128 x 128 bytes */
 #pragma unroll
-    for (int i = 0; i < WG_BM * P16_AG * WG_ROWB / 16 / WG_BM; i++) {
-        const int e = i * WG_BM + tid, row = e >> 3, c = e & 7;
+    for (int i = 0; i < P16_CPR; i++) {
+        const int e = i * WG_BM + tid, row = e / P16_CPR, c = e % P16_CPR;
         const int m = mt * WG_BM + row, kb = ks0 * WG_ROWB + c * 16;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (m < M) {
@@ -335,7 +342,7 @@ __global__ void __launch_bounds__(WG_BM)
                 }
             }
         }
-        *(uint4 *)(raw + row * 128 + ((c ^ (row & 7)) << 4)) = v;
+        *(uint4 *)(raw + row * (P16_AG * WG_ROWB) + P16_SWZ(row, c)) = v;
     }
     /* the scale tiles of k-steps ks0 .. ks0 + nks - 1: contiguous */
     const uint8_t *sf_src = asf + ((size_t)mt * KS + ks0) * 512;
@@ -345,8 +352,8 @@ __global__ void __launch_bounds__(WG_BM)
     /* 2. row tid of each k-step: chunks 2 j and 2 j + 1 of its raw row */
     const int r = tid;
     for (int j = 0; j < nks; j++) {
-        const uint4 c0 = *(const uint4 *)(raw + r * 128 + (((2 * j) ^ (r & 7)) << 4));
-        const uint4 c1 = *(const uint4 *)(raw + r * 128 + (((2 * j + 1) ^ (r & 7)) << 4));
+        const uint4 c0 = *(const uint4 *)(raw + r * (P16_AG * WG_ROWB) + P16_SWZ(r, 2 * j));
+        const uint4 c1 = *(const uint4 *)(raw + r * (P16_AG * WG_ROWB) + P16_SWZ(r, 2 * j + 1));
         const uint32_t sw = *(const uint32_t *)(sf + j * 512 + (r & 31) * 16 + (r >> 5) * 4);
         p14_row_to_tile(c0, c1, sw, out + j * P14_WS_BLOCK, r);
     }
@@ -636,7 +643,8 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
                             (long long)tiles64);
         const int tiles = (int)tiles64, sms = a->num_sms > 0 ? a->num_sms : 1;
         const int waves = (tiles + sms - 1) / sms;
-        if (ctas <= 0 || ctas > tiles) ctas = (tiles + waves - 1) / waves;
+        if (ctas <= 0) ctas = (tiles + waves - 1) / waves;
+        if (ctas > tiles) ctas = tiles;
         const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
         const int M = (int)a->m, N = (int)a->n;
         const uint8_t *at = a_tiles;
