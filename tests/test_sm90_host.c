@@ -239,7 +239,14 @@ int main(void)
      * 91.07 at 2048x2048x6144, 49.91 / 59.09 at 2048x768) */
     CHECK(fp4_sm90_choose(2048, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
     CHECK(fp4_sm90_choose(2048, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 4095, 6144, sms) == FP4_SM90_V8_PREFILL);
+    /* v16 from N = 4096 (session 9: 1724 against v8's 1781 us at 8192^3,
+     * 234 / 238 at 4096^3; v8 3-7% faster at N = 2048) */
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V16_PREFILL);
+    CHECK(fp4_sm90_choose(4096, 4096, 4096, sms) == FP4_SM90_V16_PREFILL);
+    CHECK(fp4_sm90_choose(2048, 28672, 4096, sms) == FP4_SM90_V16_PREFILL);
+    CHECK(fp4_sm90_choose(1024, 8192, 8192, sms) == FP4_SM90_V11_MID);
     CHECK(fp4_sm90_choose(3000, 200, 6144, sms) == FP4_SM90_V11_MID); /* M x N small */
     /* v9's tiles and splits: one wave of CTAs, at least 4 k-steps a split */
     int bn = 0, splits = 0;

@@ -167,11 +167,19 @@ extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
     if (f != FP4_SM90_AUTO) return f;
     /* prefill: v8 (v5 plus a B prepass: 1.3-1.5x v5 at every prefill shape of
      * bench/results/2026-12-02-h200-s3-prefill6), else v5, else v2 */
-    const int prefill = fp4_sm90_variant_fits(FP4_SM90_V8_PREFILL, m, n, k, num_sms)
+    int prefill = fp4_sm90_variant_fits(FP4_SM90_V8_PREFILL, m, n, k, num_sms)
                             ? FP4_SM90_V8_PREFILL
                         : fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
                             ? FP4_SM90_V5_PREFILL
                             : FP4_SM90_V2_PREFILL;
+    /* from N = 4096, v16 (A dequantized by a prepass too, persistent): its
+     * prepass costs M K bytes that the N columns amortize; session 9
+     * (-s9-dev-call3, same rounds): v16 against v8 1724 / 1781 us at 8192^3,
+     * 860 / 909 at 4096x8192x8192, 823 / 895 at 2048x28672x4096, 234 / 238 at
+     * 4096^3; at N = 2048 v8 is 3-7% faster (181.9 / 173.2 at 4096x2048x6144) */
+    if (prefill == FP4_SM90_V8_PREFILL && n >= 4096 &&
+        fp4_sm90_variant_fits(FP4_SM90_V16_PREFILL, m, n, k, num_sms))
+        prefill = FP4_SM90_V16_PREFILL;
     if (m >= 2048 && m * n > (int64_t)1024 * 768) return prefill;
     if ((m > 96 || (m > 32 && n > 1024)) && fp4_sm90_variant_fits(FP4_SM90_V11_MID, m, n, k, num_sms))
         return FP4_SM90_V11_MID;
