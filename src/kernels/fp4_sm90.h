@@ -365,6 +365,12 @@ fp4_status fp4_sm90_mid11_launch_with(const fp4_sm90_gemm_args *a, const char *n
 /* FP4_OK when the current device is sm_90 and this build holds the kernel's
  * machine code (the 90a target); else FP4_ERR_UNSUPPORTED naming the variant */
 fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_err *err);
+/* The launch of a main kernel with v8's parameters (aq, asf, the workspace's
+ * weight tiles, d, M, N, K, k-steps, alpha x 2^14, no split-K workspace) on
+ * the grid (m tiles of 128, n tiles of bn): v8, v12, v14 */
+fp4_status fp4_sm90_wg_launch_tiles(const void *kernel, int smem, int threads, int bn,
+                                    const fp4_sm90_gemm_args *a, const uint8_t *aq,
+                                    const uint8_t *asf, cudaStream_t stream, fp4_err *err);
 /* v13-mid (fp4_sm90_prefill12.cu): v11's packing, workspace, rule and launch
  * with v12's warp-specialized main loop */
 fp4_status fp4_sm90_mid13_init(fp4_err *err);

@@ -286,19 +286,7 @@ fp4_status fp4_sm90_prefill12_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
     if (st != FP4_OK) return st;
     /* v8's checks (shape, workspace) and its weight prepass (parts = 1) */
     if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
-    const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
-    const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
-    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
-    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
-    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
-    float *no_wsf = NULL;
-    unsigned *no_cnt = NULL;
-    void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
-                    (void *)&M,          (void *)&N,       (void *)&K,          (void *)&KS,
-                    (void *)&alpha_eff,  (void *)&no_wsf,  (void *)&no_cnt};
-    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P12_THREADS), args,
-                                       (size_t)smem, stream));
-    return FP4_OK;
+    return fp4_sm90_wg_launch_tiles(kernel, smem, P12_THREADS, bn, a, a->a_codes, a->a_sf, stream, err);
 }
 
 /* FP4_SM90_V12_BN = 128|256 and FP4_SM90_V12_ST force the tile width and

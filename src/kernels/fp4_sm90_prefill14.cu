@@ -173,6 +173,25 @@ static __device__ __forceinline__ void p14_dequant_row(const unsigned char *smem
                     *(const uint32_t *)(raw + WG_BM * WG_ROWB + r * 4),
                     (unsigned char *)smem + C::A_BASE + slot * C::ATILE, r);
 }
+
+/* A consumer's k-step on ring stage g (v14: the k-step; v16: counted over
+ * tiles): wait until the slot is full, the warpgroup's 4 wgmmas (scale-d 0
+ * when first), commit, wait until only they are in flight, then release the
+ * previous stage's slot (release_prev). */
+template <int BN, int ST, bool APRE>
+static __device__ __forceinline__ void p14_consume(float *acc, uint32_t sbase, uint32_t a_off, int g,
+                                                   bool first, bool release_prev)
+{
+    typedef p14_cfg<BN, ST, APRE> C;
+    const int slot = g % ST;
+    wg_mbar_wait(sbase + (uint32_t)(C::FULL_OFF + slot * 8), (uint32_t)((g / ST) & 1));
+    wg_fence();
+    wg_mma_ss_step<BN>(acc, sbase + (uint32_t)(C::A_BASE + slot * C::ATILE) + a_off,
+                       sbase + (uint32_t)(slot * C::BTILE), first);
+    wg_commit();
+    wg_wait<1>(); /* stage g - 1 retired: its slot is free */
+    if (release_prev) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8));
+}
 #endif
 
 /* TR false (v14-prefill): aq [M, K/2] (the tokens), asf swizzled
@@ -252,16 +271,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
     const uint32_t a_off = (uint32_t)((tid >> 7) * 64 * 128); /* my warpgroup's 64 rows */
     float acc[BN / 2]; /* the first wgmma runs with scale-d = 0: no initialisation */
 #pragma unroll 1
-    for (int s = 0; s < KSn; s++) {
-        const int slot = s % ST;
-        wg_mbar_wait(sbase + (uint32_t)(C::FULL_OFF + slot * 8), (uint32_t)((s / ST) & 1));
-        wg_fence();
-        wg_mma_ss_step<BN>(acc, sbase + (uint32_t)(C::A_BASE + slot * C::ATILE) + a_off,
-                           sbase + (uint32_t)(slot * C::BTILE), s == 0);
-        wg_commit();
-        wg_wait<1>(); /* step s - 1 retired: its slot is free */
-        if (s > 0) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((s - 1) % ST) * 8));
-    }
+    for (int s = 0; s < KSn; s++) p14_consume<BN, ST, false>(acc, sbase, a_off, s, s == 0, s > 0);
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
     if (!TR) {
@@ -439,16 +449,7 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
 #pragma unroll 1
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
 #pragma unroll 1
-        for (int s = 0; s < KS; s++, g++) {
-            const int slot = g % ST;
-            wg_mbar_wait(sbase + (uint32_t)(C::FULL_OFF + slot * 8), (uint32_t)((g / ST) & 1));
-            wg_fence();
-            wg_mma_ss_step<BN>(acc, sbase + (uint32_t)(C::A_BASE + slot * C::ATILE) + a_off,
-                               sbase + (uint32_t)(slot * C::BTILE), s == 0);
-            wg_commit();
-            wg_wait<1>(); /* step s - 1 retired: its slot is free */
-            if (s > 0) wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8));
-        }
+        for (int s = 0; s < KS; s++, g++) p14_consume<BN, ST, true>(acc, sbase, a_off, g, s == 0, s > 0);
         wg_wait<0>();
         wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8)); /* the tile's last */
         wg_reg_fence<BN / 2>(acc);
@@ -477,28 +478,6 @@ fp4_status fp4_sm90_prefill14_init(fp4_err *err)
     return FP4_OK;
 }
 
-/* The main kernel of v14 (aq, asf: the tokens and their scales) or v16 (aq:
- * the A prepass's tiles, asf unused) over v8's weight tiles at the workspace's
- * start. */
-static fp4_status p14_launch_main(const void *kernel, int smem, int bn, const fp4_sm90_gemm_args *a,
-                                  const uint8_t *aq, const uint8_t *asf, cudaStream_t stream,
-                                  fp4_err *err)
-{
-    const int KS = (int)((a->k + WG_BK - 1) / WG_BK);
-    const unsigned mtiles = (unsigned)((a->m + WG_BM - 1) / WG_BM);
-    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
-    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
-    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
-    float *no_wsf = NULL;
-    unsigned *no_cnt = NULL;
-    void *args[] = {(void *)&aq,        (void *)&asf,     (void *)&a->workspace, (void *)&a->d,
-                    (void *)&M,         (void *)&N,       (void *)&K,            (void *)&KS,
-                    (void *)&alpha_eff, (void *)&no_wsf,  (void *)&no_cnt};
-    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3(P14_THREADS), args,
-                                       (size_t)smem, stream));
-    return FP4_OK;
-}
-
 fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cudaStream_t stream,
                                          fp4_err *err)
 {
@@ -515,7 +494,7 @@ fp4_status fp4_sm90_prefill14_launch_cfg(const fp4_sm90_gemm_args *a, int bn, cu
     if (st != FP4_OK) return st;
     /* v8's checks (shape, workspace) and its weight prepass (parts = 1) */
     if ((st = fp4_sm90_prefill8_launch_cfg(a, bn, 0, -1, 1, stream, err)) != FP4_OK) return st;
-    return p14_launch_main(kernel, smem, bn, a, a->a_codes, a->a_sf, stream, err);
+    return fp4_sm90_wg_launch_tiles(kernel, smem, P14_THREADS, bn, a, a->a_codes, a->a_sf, stream, err);
 }
 
 /* FP4_SM90_V14_BN = 128|256 forces the tile width (development and tests) */

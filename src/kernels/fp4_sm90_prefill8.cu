@@ -520,7 +520,6 @@ fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int
     fp4_status st = fp4_sm90_wgmma_runs_here(kernel, "v8-prefill", err);
     if (st != FP4_OK) return st;
 
-    const int KS = (int)p6_ks(a->k);
     if (parts & 1) {
         const int64_t nchunks = (int64_t)(fp4_sm90_prefill8_ws_size(a->m, a->n, a->k) / 16);
         const int64_t per_block = 256 * P6_DQ_PER;
@@ -530,26 +529,34 @@ fp4_status fp4_sm90_prefill8_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int
         FP4_CUDA_LAUNCH_TRY(err);
     }
     if (parts & 2) {
-        const unsigned mtiles = (unsigned)((a->m + P6_BM - 1) / P6_BM);
-        const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
-        /* both operands carry 2^-7 from the dequantization */
-        const float alpha_eff = a->alpha * 16384.0f;
-        const dim3 grid(mtiles, ntiles);
         int smem = 0;
 #define P6_SMEM_OF(BN_, MINB_, ST_, BULK_)                                                     \
     if (kernel == (const void *)fp4_sm90_prefill8_kernel<BN_, MINB_, ST_, BULK_, false>)         \
         smem = p6_cfg<BN_, ST_>::SMEM;
         P6_FOR_EACH_CFG(P6_SMEM_OF)
 #undef P6_SMEM_OF
-        float *no_wsf = NULL;
-        unsigned *no_cnt = NULL;
-        void *args[] = {(void *)&a->a_codes, (void *)&a->a_sf, (void *)&a->workspace, (void *)&a->d,
-                        NULL, NULL, NULL, NULL, NULL, (void *)&no_wsf, (void *)&no_cnt};
-        const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
-        args[4] = (void *)&M, args[5] = (void *)&N, args[6] = (void *)&K, args[7] = (void *)&KS;
-        args[8] = (void *)&alpha_eff;
-        FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, grid, dim3(P6_THREADS), args, (size_t)smem, stream));
+        return fp4_sm90_wg_launch_tiles(kernel, smem, P6_THREADS, bn, a, a->a_codes, a->a_sf,
+                                        stream, err);
     }
+    return FP4_OK;
+}
+
+fp4_status fp4_sm90_wg_launch_tiles(const void *kernel, int smem, int threads, int bn,
+                                    const fp4_sm90_gemm_args *a, const uint8_t *aq,
+                                    const uint8_t *asf, cudaStream_t stream, fp4_err *err)
+{
+    const int KS = (int)p6_ks(a->k);
+    const unsigned mtiles = (unsigned)((a->m + P6_BM - 1) / P6_BM);
+    const unsigned ntiles = (unsigned)((a->n + bn - 1) / bn);
+    const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
+    const int M = (int)a->m, N = (int)a->n, K = (int)a->k;
+    float *no_wsf = NULL;
+    unsigned *no_cnt = NULL;
+    void *args[] = {(void *)&aq,        (void *)&asf,    (void *)&a->workspace, (void *)&a->d,
+                    (void *)&M,         (void *)&N,      (void *)&K,            (void *)&KS,
+                    (void *)&alpha_eff, (void *)&no_wsf, (void *)&no_cnt};
+    FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3(mtiles, ntiles), dim3((unsigned)threads), args,
+                                       (size_t)smem, stream));
     return FP4_OK;
 }
 
