@@ -532,16 +532,19 @@ int main(void)
         test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
     }
     unsetenv("FP4_SM90_V16_BN");
-    /* v16's persistent grid forced small: a CTA walks many tiles with the
-     * ring's stage count running on (K = 48: one k-step a tile, so a slot's
-     * phases turn over within and across tiles), and 5 CTAs for 24-32 tiles */
+    /* v16's persistent grid forced small, at each tile width (4- and 7-deep
+     * rings): a CTA walks many tiles with the ring's stage count running on
+     * (K = 48: one k-step a tile, so a slot's phases turn over within and
+     * across tiles), and 5 CTAs for 24-64 tiles */
     static const char *v16_ctas[] = {"1", "5"};
-    for (int i = 0; i < 2; i++) {
-        setenv("FP4_SM90_V16_CTAS", v16_ctas[i], 1);
+    for (int i = 0; i < 4; i++) {
+        setenv("FP4_SM90_V16_CTAS", v16_ctas[i & 1], 1);
+        setenv("FP4_SM90_V16_BN", v14_bns[i >> 1], 1);
         test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, 2);
         test_gemm(&tester, FP4_SM90_V16_PREFILL, 4096, 256, 640);
     }
     unsetenv("FP4_SM90_V16_CTAS");
+    unsetenv("FP4_SM90_V16_BN");
     /* v15-mid: as v13 (v11's host side; splits 1 / 3 / 45, v9's shapes,
      * every token tile width on a 6144- and a 640-deep shape) */
     test_splits(&tester, FP4_SM90_V15_MID, v9_split_shapes, 3);

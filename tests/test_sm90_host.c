@@ -247,6 +247,8 @@ int main(void)
     CHECK(fp4_sm90_choose(4096, 4096, 4096, sms) == FP4_SM90_V16_PREFILL);
     CHECK(fp4_sm90_choose(2048, 28672, 4096, sms) == FP4_SM90_V16_PREFILL);
     CHECK(fp4_sm90_choose(1024, 8192, 8192, sms) == FP4_SM90_V11_MID);
+    /* past 65535 row tiles of 128 (v16's A prepass grid) v8 runs instead */
+    CHECK(fp4_sm90_choose((int64_t)65536 * 128, 4096, 64, sms) == FP4_SM90_V8_PREFILL);
     CHECK(fp4_sm90_choose(3000, 200, 6144, sms) == FP4_SM90_V11_MID); /* M x N small */
     /* v9's tiles and splits: one wave of CTAs, at least 4 k-steps a split */
     int bn = 0, splits = 0;

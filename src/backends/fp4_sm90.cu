@@ -91,7 +91,7 @@ static const sm90_family sm90_families[] = {
      fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid15_init, fp4_sm90_mid15_launch, 1},
     {{FP4_SM90_V16_PREFILL, "v16-prefill", FP4_SM90_V16_SUMMARY},
      "prefill16", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill16_ws_size, fp4_sm90_prefill8_fits,
+     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill16_ws_size, fp4_sm90_prefill16_fits,
      fp4_sm90_prefill16_init, fp4_sm90_prefill16_launch, 0},
 };
 #define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))

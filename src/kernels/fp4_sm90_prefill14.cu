@@ -564,6 +564,12 @@ size_t fp4_sm90_prefill16_ws_size(int64_t m, int64_t n, int64_t k)
     return fp4_sm90_prefill8_ws_size(m, n, k) + (size_t)((m + WG_BM - 1) / WG_BM) * ks * P14_WS_BLOCK;
 }
 
+/* v8's shapes, and the A prepass's grid y (m tiles) within 65535 */
+int fp4_sm90_prefill16_fits(int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    return fp4_sm90_prefill8_fits(m, n, k, num_sms) && (m + WG_BM - 1) / WG_BM <= 65535;
+}
+
 fp4_status fp4_sm90_prefill16_init(fp4_err *err)
 {
 #define P16_SET_SMEM(BN_, ST_)                                                                 \
@@ -580,6 +586,10 @@ fp4_status fp4_sm90_prefill16_init(fp4_err *err)
 fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int parts,
                                          cudaStream_t stream, fp4_err *err)
 {
+    if (!fp4_sm90_prefill16_fits(a->m, a->n, a->k, a->num_sms))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 v16-prefill: shape %lldx%lldx%lld not supported",
+                        (long long)a->m, (long long)a->n, (long long)a->k);
     if (bn == 0) bn = fp4_sm90_prefill8_bn(a->m, a->n, a->k, a->num_sms);
     if (parts == 0) parts = 3;
     const void *kernel = NULL;
@@ -598,9 +608,6 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
                         "fp4-sm90 v16-prefill: needs a 16-byte aligned workspace of %zu bytes "
                         "(got %zu at %p)",
                         ws_need, a->workspace ? a->workspace_bytes : (size_t)0, a->workspace);
-    if ((a->m + WG_BM - 1) / WG_BM > 65535)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v16-prefill: M = %lld has more than "
-                        "65535 row tiles", (long long)a->m);
     uint8_t *a_tiles = (uint8_t *)a->workspace + fp4_sm90_prefill8_ws_size(a->m, a->n, a->k);
     if (parts & 1) {
         /* v8's checks (shape, workspace) and its weight prepass, then A's */
@@ -620,7 +627,12 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
         if (tiles64 > INT32_MAX)
             return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v16-prefill: %lld tiles",
                             (long long)tiles64);
-        const int tiles = (int)tiles64, sms = a->num_sms > 0 ? a->num_sms : 1;
+        int sms = a->num_sms, dev = 0;
+        if (sms <= 0) { /* not given: the device's */
+            FP4_CUDA_TRY(err, cudaGetDevice(&dev));
+            FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        }
+        const int tiles = (int)tiles64;
         const int waves = (tiles + sms - 1) / sms;
         if (ctas <= 0) ctas = (tiles + waves - 1) / waves;
         if (ctas > tiles) ctas = tiles;
