@@ -80,12 +80,12 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
                                                const uint16_t *bs, const uint8_t *aq,
                                                const uint8_t *asf, int ks, int KS, int tile0,
                                                int lane, const int *mrow, int KB, int Kbp,
-                                               size_t arow_bytes)
+                                               size_t arow_bytes, uint64_t wpol)
 {
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         const size_t u = ((size_t)(tile0 + i) * KS + ks) * 32 + lane;
-        s.w[i] = ldg_stream16(bq + u);
+        s.w[i] = ldg_stream16_hint(bq + u, wpol); /* the weights: L2 evict-first */
         s.ws[i] = ldg_stream2(bs + u);
     }
     const int kb = ks * 4 + (lane & 3);
@@ -158,10 +158,12 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
 
     /* register ring: D4_DEPTH + 1 slots, loads issued D4_DEPTH steps ahead */
     d4_slot<RT, NT> slot[D4_DEPTH + 1];
+    const uint64_t wpol = l2_evict_first_policy();
 #pragma unroll
     for (int u = 0; u < D4_DEPTH; u++)
         if (w0 + u < w1)
-            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow);
+            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow,
+                            wpol);
     for (int s = w0; s < w1; s += D4_DEPTH + 1) {
 #pragma unroll
         for (int u = 0; u <= D4_DEPTH; u++) {
@@ -170,7 +172,7 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
                 const int nx = ks + D4_DEPTH;
                 if (nx < w1)
                     d4_load<RT, NT>(slot[(u + D4_DEPTH) % (D4_DEPTH + 1)], bq, bs, aq, asf, nx, KS,
-                                    tile0, lane, mrow, KB, Kbp, arow);
+                                    tile0, lane, mrow, KB, Kbp, arow, wpol);
                 d4_math<RT, NT>(slot[u], acc);
             }
         }

@@ -57,6 +57,25 @@ static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
     return v;
 }
 
+/* An L2 policy that evicts first, for weights read once a call: they should not
+ * push out of L2 what the next kernels reuse (activations, the KV cache). */
+static __device__ __forceinline__ uint64_t l2_evict_first_policy(void)
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
+/* ldg_stream16 with an L2 cache policy (l2_evict_first_policy) */
+static __device__ __forceinline__ uint4 ldg_stream16_hint(const uint4 *p, uint64_t pol)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+}
+
 static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)
 {
     uint32_t v;
