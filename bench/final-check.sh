@@ -3,7 +3,9 @@
 # the fp4-sm90 and quantizer GPU tests (every variant forced), racecheck of
 # the variants in RACE (CHECKS_ONLY=1 stops there), the issue-4
 # targets, the M sweep (optional: SWEEP=0 skips it) and the prefill shapes
-# around the decode/prefill switch (PREFILL_M=0 skips them). Output under $OUT.
+# around the decode/prefill switch (PREFILL_M=0 skips them), then the
+# quantizer alone (QUANT_ALONE=0 skips it: inside the targets' rounds the GPU
+# sits at its power cap). Output under $OUT.
 set -uo pipefail
 source bench/dev-build.sh
 B=./build-dev/fp4bench
@@ -46,3 +48,5 @@ done
 [ "${PREFILL_M:-1}" = 1 ] && $B run --shape 512x2048x6144,1024x2048x6144,2048x2048x6144,512x768x6144,1024x768x6144,8192x768x6144 \
    --json "$OUT/prefill-m.json" --quiet --max-time 1 --no-ceilings \
    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | grep fp4-sm90
+[ "${QUANT_ALONE:-1}" = 1 ] && $B run --backend quantize --shape 8192x2048x8192,16384x2048x4096 \
+   --json "$OUT/quantize-alone.json" --quiet --max-time 2 --no-ceilings | grep quantize
