@@ -28,9 +28,10 @@
         }                                                                              \
     } while (0)
 
-/* the re-packed word: nibbles 0..3 at bits 8i+{2,3,4,7} (magnitude bits
- * 2..4, sign 7), nibbles 4..7 at 8i+{0,1,6} (magnitude: shifted left by 2
- * they land on 2,3,4... see fp8_pack) */
+/* the re-packed word, byte i: nibble i's magnitude at bits 2..4 and sign at
+ * 7 (already E4M3); nibble 4 + i's magnitude bits 0, 1 at bits 0, 1 and its
+ * sign at 5 (shifted left by 2: 2, 3, 7), its magnitude bit 2 at bit 6
+ * (shifted right by 2: 4). No single shift can do both: see PERF.md. */
 static uint32_t fp8_pack(const uint8_t nib[8])
 {
     uint32_t w = 0;
@@ -38,8 +39,6 @@ static uint32_t fp8_pack(const uint8_t nib[8])
         const uint32_t a = nib[i], b = nib[4 + i];
         /* first nibble: magnitude at 2..4, sign at 7 */
         w |= (((a & 7u) << 2) | ((a & 8u) << 4)) << (8 * i);
-        /* second: magnitude bits 0,1 at 0,1 (shift +2 -> 2,3), bit 2 at 6
-         * (shift -2 -> 4), sign at 5 (shift +2 -> 7) */
         w |= ((b & 3u) | (((b >> 2) & 1u) << 6) | (((b >> 3) & 1u) << 5)) << (8 * i);
     }
     return w;
