@@ -545,6 +545,19 @@ int main(void)
     }
     unsetenv("FP4_SM90_V16_CTAS");
     unsetenv("FP4_SM90_V16_BN");
+    /* v16's tile order forced: groups of 3 row tiles (1000 and 2048 rows: a
+     * last group of 2 and of 1; 4096: 10 groups and 2 rows) with the
+     * automatic and a 5-CTA grid, and the plain order (group 0) */
+    static const char *v16_groups[] = {"3", "3", "0"};
+    for (int i = 0; i < 3; i++) {
+        setenv("FP4_SM90_V16_GROUP", v16_groups[i], 1);
+        if (i == 1) setenv("FP4_SM90_V16_CTAS", "5", 1);
+        setenv("FP4_SM90_V16_BN", v14_bns[i & 1], 1);
+        test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+        unsetenv("FP4_SM90_V16_CTAS");
+    }
+    unsetenv("FP4_SM90_V16_GROUP");
+    unsetenv("FP4_SM90_V16_BN");
     /* v15-mid: as v13 (v11's host side; splits 1 / 3 / 45, v9's shapes,
      * every token tile width on a 6144- and a 640-deep shape) */
     test_splits(&tester, FP4_SM90_V15_MID, v9_split_shapes, 3);

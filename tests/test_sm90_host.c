@@ -4,7 +4,8 @@
  * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode,
  * v8-prefill, v9-mid and v11-mid included; the k permutation of the token
  * prepass's word form (fp4_tokperm_word) against its byte-wise definition;
- * the nibble -> fp16 dequantization (fp4_sm90_nibbles.h, no CUDA needed). */
+ * the nibble -> fp16 dequantization (fp4_sm90_nibbles.h, no CUDA needed);
+ * v16's tile order (fp4_sm90_raster.h, no CUDA needed). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "check.h"
 #include "fp4/format.h"
 #include "kernels/fp4_sm90_nibbles.h"
+#include "kernels/fp4_sm90_raster.h"
 
 static float half_bits_value(uint32_t h)
 {
@@ -57,6 +59,44 @@ static void test_nibbles(void)
             bad += half_bits_value(half) != ldexpf(fp4_e2m1_decode((uint8_t)v), -14);
         }
     CHECK_MSG(bad == 0, "%d nibbles decode wrong", bad);
+}
+
+/* fp4_raster_tile visits every tile exactly once, for groups that divide
+ * the row tiles, leave a remainder, equal or exceed them, and the plain
+ * order; within a group the row tile runs fastest; and fp4_raster_group's
+ * choice for v16's grids (132 tiles in flight). */
+static void test_raster(void)
+{
+    static const int grids[][2] = {{1, 1}, {8, 3}, {64, 32}, {33, 7}, {5, 40}, {32, 8}};
+    static const int groups[] = {0, 1, 3, 5, 8, 15, 16, 64, 100};
+    for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++)
+        for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++) {
+            const int mt = grids[gi][0], nt = grids[gi][1], grp = groups[k], tiles = mt * nt;
+            unsigned char *seen = calloc((size_t)tiles, 1);
+            int bad = 0, order = 0;
+            for (int t = 0; t < tiles; t++) {
+                int m, n;
+                fp4_raster_tile(t, mt, nt, grp, &m, &n);
+                if (m < 0 || m >= mt || n < 0 || n >= nt || seen[m * nt + n]++) bad++;
+                if (grp <= 0 || grp >= mt) order += m != t % mt || n != t / mt;
+            }
+            CHECK_MSG(bad == 0, "raster %dx%d group %d: %d tiles out of range or repeated", mt, nt, grp, bad);
+            CHECK_MSG(order == 0, "raster %dx%d group %d: not the plain order", mt, nt, grp);
+            free(seen);
+        }
+    int m, n; /* 64 x 32 tiles in groups of 15: tile 15 is row 0, column 1 */
+    fp4_raster_tile(15, 64, 32, 15, &m, &n);
+    CHECK(m == 0 && n == 1);
+    fp4_raster_tile(15 * 32, 64, 32, 15, &m, &n); /* the second group's first */
+    CHECK(m == 15 && n == 0);
+    fp4_raster_tile(4 * 15 * 32 + 5, 64, 32, 15, &m, &n); /* the last group: 4 rows */
+    CHECK(m == 61 && n == 1);
+    /* G 128 + ceil(132 / G) BN rows of operands: 15 at BN = 256 (4224), 11 at
+     * 128 (1408 + 12 x 128 = 2944); the plain order when there are fewer rows */
+    CHECK(fp4_raster_group(132, 64, 128, 256) == 15);
+    CHECK(fp4_raster_group(132, 64, 128, 128) == 11);
+    CHECK(fp4_raster_group(132, 8, 128, 256) == 8);
+    CHECK(fp4_raster_group(1, 64, 128, 256) == 1);
 }
 
 #ifdef FP4_HAVE_CUDA
@@ -212,6 +252,7 @@ static void test_tokperm(void)
 int main(void)
 {
     test_nibbles();
+    test_raster();
     test_checks();
     test_tokperm();
     test_mid9_pack();
@@ -337,6 +378,7 @@ int main(void)
 int main(void)
 {
     test_nibbles(); /* the kernels' rules need the CUDA build */
+    test_raster();
     return check_finish("test_sm90_host");
 }
 #endif

@@ -390,15 +390,17 @@ fp4_status fp4_sm90_mid15_launch(const fp4_sm90_gemm_args *a, cudaStream_t strea
  * at most 65535 row tiles (the A prepass's grid y); its own
  * workspace (v8's, then the A tiles); launch_cfg forces the tile width (0 =
  * v8's rule, 128, 256), the persistent grid (ctas 0 = automatic; the tile
- * count = one tile a CTA) and the parts (1 = both prepasses, 2 = the main
- * kernel on the tiles the last prepasses wrote, 3 = all) */
+ * count = one tile a CTA), the tile order's group of row tiles (-1 =
+ * automatic, fp4_raster_group; 0 = the plain order; fp4_sm90_raster.h) and
+ * the parts (1 = both prepasses, 2 = the main kernel on the tiles the last
+ * prepasses wrote, 3 = all) */
 size_t fp4_sm90_prefill16_ws_size(int64_t m, int64_t n, int64_t k);
 int fp4_sm90_prefill16_fits(int64_t m, int64_t n, int64_t k, int num_sms);
 fp4_status fp4_sm90_prefill16_init(fp4_err *err);
 fp4_status fp4_sm90_prefill16_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream,
                                      fp4_err *err);
-fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int parts,
-                                         cudaStream_t stream, fp4_err *err);
+fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int group,
+                                         int parts, cudaStream_t stream, fp4_err *err);
 
 #ifdef __cplusplus
 }

@@ -63,6 +63,7 @@
 #include "kernels/fp4_sm90.h"
 #include "kernels/fp4_sm90_device.cuh"
 #include "kernels/fp4_sm90_nibbles.h"
+#include "kernels/fp4_sm90_raster.h"
 #include "kernels/fp4_sm90_wgmma.cuh"
 
 #define P14_CONSUMERS 256 /* two warpgroups */
@@ -389,16 +390,18 @@ __global__ void __launch_bounds__(WG_BM)
  * staging ring; A's and B's tiles both come from the prepasses, so the
  * producer warpgroup is one thread that bulk-copies A's 16 KB and B's BN x
  * 128 bytes into each slot (full mbarrier: one arrival with the bytes).
- * Persistent: CTA c does tiles c, c + gridDim.x, ... (tile t: m tile t %
- * mtiles, n tile t / mtiles, the m tiles fastest as v8's grid), the ring's
- * stage counter running on across tiles, so the producer fills the next
- * tile's first slots while the consumers store the last tile's D.
+ * Persistent: CTA c does tiles c, c + gridDim.x, ... (tile t's m and n tile
+ * by fp4_raster_tile: in groups of `group` m tiles, so that the tiles in
+ * flight share their operands in L2; group 0 is v8's grid order, the m tiles
+ * fastest), the ring's stage counter running on across tiles, so the
+ * producer fills the next tile's first slots while the consumers store the
+ * last tile's D.
  * at: the A prepass's tiles; bw: v8's weight prepass tiles (BN 128 or 256). */
 template <int BN, int ST>
 __global__ void __launch_bounds__(P14_THREADS, 1)
     fp4_sm90_prefill16_kernel(const uint8_t *__restrict__ at, const uint8_t *__restrict__ bw,
                               __nv_bfloat16 *__restrict__ d, int M, int N, int KS, int mtiles,
-                              int tiles, float alpha_eff)
+                              int tiles, int group, float alpha_eff)
 {
 #ifdef FP4_SM90_HAVE_WGMMA
     typedef p14_cfg<BN, ST, true> C;
@@ -422,8 +425,10 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
         int g = 0; /* stages issued, over all tiles */
 #pragma unroll 1
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const uint8_t *asrc = at + (size_t)(t % mtiles) * KS * P14_WS_BLOCK;
-            const uint8_t *bsrc = bw + (size_t)((t / mtiles) * BN / 128) * KS * P14_WS_BLOCK;
+            int mt, nt;
+            fp4_raster_tile(t, mtiles, tiles / mtiles, group, &mt, &nt);
+            const uint8_t *asrc = at + (size_t)mt * KS * P14_WS_BLOCK;
+            const uint8_t *bsrc = bw + (size_t)(nt * BN / 128) * KS * P14_WS_BLOCK;
 #pragma unroll 1
             for (int ls = 0; ls < KS; ls++, g++) {
                 const int slot = g % ST, use = g / ST;
@@ -453,10 +458,13 @@ __global__ void __launch_bounds__(P14_THREADS, 1)
         wg_wait<0>();
         wg_mbar_arrive(sbase + (uint32_t)(C::EMPTY_OFF + ((g - 1) % ST) * 8)); /* the tile's last */
         wg_reg_fence<BN / 2>(acc);
-        wg_store_d<BN>(acc, d, M, N, (t % mtiles) * WG_BM, (t / mtiles) * BN, alpha_eff, tid);
+        int mt, nt; /* the producer's order */
+        fp4_raster_tile(t, mtiles, tiles / mtiles, group, &mt, &nt);
+        wg_store_d<BN>(acc, d, M, N, mt * WG_BM, nt * BN, alpha_eff, tid);
     }
 #else
-    (void)at, (void)bw, (void)d, (void)M, (void)N, (void)KS, (void)mtiles, (void)tiles, (void)alpha_eff;
+    (void)at, (void)bw, (void)d, (void)M, (void)N, (void)KS, (void)mtiles, (void)tiles, (void)group;
+    (void)alpha_eff;
     __trap(); /* wgmma: sm_90a only; the launch refuses other targets first */
 #endif
 }
@@ -583,8 +591,8 @@ fp4_status fp4_sm90_prefill16_init(fp4_err *err)
     return FP4_OK;
 }
 
-fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int parts,
-                                         cudaStream_t stream, fp4_err *err)
+fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, int ctas, int group,
+                                         int parts, cudaStream_t stream, fp4_err *err)
 {
     if (!fp4_sm90_prefill16_fits(a->m, a->n, a->k, a->num_sms))
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
@@ -636,11 +644,14 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
         const int waves = (tiles + sms - 1) / sms;
         if (ctas <= 0) ctas = (tiles + waves - 1) / waves;
         if (ctas > tiles) ctas = tiles;
+        /* the tiles in flight (ctas of them) read the fewest operand bytes */
+        if (group < 0) group = fp4_raster_group(ctas, mtiles, WG_BM, bn);
         const float alpha_eff = a->alpha * 16384.0f; /* both operands carry 2^-7 */
         const int M = (int)a->m, N = (int)a->n;
         const uint8_t *at = a_tiles;
         void *args[] = {(void *)&at, (void *)&a->workspace, (void *)&a->d, (void *)&M, (void *)&N,
-                        (void *)&KS, (void *)&mtiles, (void *)&tiles, (void *)&alpha_eff};
+                        (void *)&KS, (void *)&mtiles, (void *)&tiles, (void *)&group,
+                        (void *)&alpha_eff};
         FP4_CUDA_TRY(err, cudaLaunchKernel(kernel, dim3((unsigned)ctas), dim3(P14_THREADS), args,
                                            (size_t)smem, stream));
     }
@@ -648,10 +659,12 @@ fp4_status fp4_sm90_prefill16_launch_cfg(const fp4_sm90_gemm_args *a, int bn, in
 }
 
 /* FP4_SM90_V16_BN = 128|256 forces the tile width, FP4_SM90_V16_CTAS the
- * persistent grid (development and tests) */
+ * persistent grid, FP4_SM90_V16_GROUP the tile order's group of row tiles
+ * (0: the plain order; development and tests) */
 fp4_status fp4_sm90_prefill16_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
     const char *bn_env = getenv("FP4_SM90_V16_BN"), *ctas_env = getenv("FP4_SM90_V16_CTAS");
+    const char *group_env = getenv("FP4_SM90_V16_GROUP");
     return fp4_sm90_prefill16_launch_cfg(a, bn_env ? atoi(bn_env) : 0, ctas_env ? atoi(ctas_env) : 0,
-                                         3, stream, err);
+                                         group_env ? atoi(group_env) : -1, 3, stream, err);
 }
