@@ -64,7 +64,7 @@ static void test_nibbles(void)
 /* fp4_raster_tile visits every tile exactly once, for groups that divide
  * the row tiles, leave a remainder, equal or exceed them, and the plain
  * order; within a group the row tile runs fastest; and fp4_raster_group's
- * choice for v16's grids (132 tiles in flight). */
+ * choice for v16's grids (128-132 tiles in flight). */
 static void test_raster(void)
 {
     static const int grids[][2] = {{1, 1}, {8, 3}, {64, 32}, {33, 7}, {5, 40}, {32, 8}};
@@ -91,8 +91,10 @@ static void test_raster(void)
     CHECK(m == 15 && n == 0);
     fp4_raster_tile(4 * 15 * 32 + 5, 64, 32, 15, &m, &n); /* the last group: 4 rows */
     CHECK(m == 61 && n == 1);
-    /* G 128 + ceil(132 / G) BN rows of operands: 15 at BN = 256 (4224), 11 at
-     * 128 (1408 + 12 x 128 = 2944); the plain order when there are fewer rows */
+    /* G 128 + ceil(C / G) BN rows of operands: 8192^3's 128 CTAs at BN = 256
+     * take 16 (4096); 132 take 15 (4224) at BN = 256 and 11 at 128 (1408 + 12
+     * x 128 = 2944); the plain order when there are fewer rows */
+    CHECK(fp4_raster_group(128, 64, 128, 256) == 16);
     CHECK(fp4_raster_group(132, 64, 128, 256) == 15);
     CHECK(fp4_raster_group(132, 64, 128, 128) == 11);
     CHECK(fp4_raster_group(132, 8, 128, 256) == 8);
