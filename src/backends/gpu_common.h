@@ -8,35 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cuda_check.h"
 #include "fp4/backend.h"
 #include "fp4/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Evaluate a CUDA runtime call; on failure record it in err, set st and jump. */
-#define FP4_CUDA_GOTO(err, st, call, label)                                         \
-    do {                                                                            \
-        cudaError_t e_ = (call);                                                    \
-        if (e_ != cudaSuccess) {                                                    \
-            (st) = fp4_fail((err), FP4_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, \
-                            #call, cudaGetErrorString(e_));                         \
-            goto label;                                                             \
-        }                                                                           \
-    } while (0)
-
-/* Same, returning the status directly. */
-#define FP4_CUDA_TRY(err, call)                                                     \
-    do {                                                                            \
-        cudaError_t e_ = (call);                                                    \
-        if (e_ != cudaSuccess)                                                      \
-            return fp4_fail((err), FP4_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, \
-                            #call, cudaGetErrorString(e_));                         \
-    } while (0)
-
-/* After a kernel launch: the launch error, if any. */
-#define FP4_CUDA_LAUNCH_TRY(err) FP4_CUDA_TRY(err, cudaGetLastError())
 
 /* Cleanup calls (cudaFree, cudaEventDestroy, cudaStreamDestroy,
  * cudaGraphDestroy, ...) cannot fail their caller, but must not fail
