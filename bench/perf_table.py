@@ -1,154 +1,373 @@
 #!/usr/bin/env python3
-"""Markdown tables for docs/PERF.md from fp4bench JSON results (no numbers are
-typed by hand). For each ok row: median, the two floors (bytes over the
-measured read bandwidth, flops over the measured bf16 rate), % of the floor,
-and the paired ratio against the run's baseline.
+"""The generated sections of README.md and docs/PERF.md, from fp4bench JSON
+results (docs/JSON.md): no number in them is typed by hand.
 
-usage: bench/perf_table.py RESULT.json [--backend a,b] [--label x]
-       bench/perf_table.py --targets TARGETS.json   issue 4's target table
-       bench/perf_table.py --sweep SWEEP.json       the M sweep, a row per shape (PERF.md)
-       bench/perf_table.py --sweep-grid SWEEP.json  the M sweep, M across (README)"""
+A generated region of a markdown file is everything between the two lines
+    <!-- generated: NAME -->
+    <!-- end generated -->
+--update rewrites every region of the named files in place and leaves the rest
+alone; each region starts with a one-line source note (GPU, driver, CUDA, SM
+clock, fp4bench commit, the files it comes from).
+
+usage:
+  bench/perf_table.py --update RESULT.json [MORE.json ...] FILE.md [FILE.md ...]
+  bench/perf_table.py --check  RESULT.json [MORE.json ...] FILE.md [FILE.md ...]
+                      (exit 1 when a region differs from what --update writes)
+  bench/perf_table.py --print NAME RESULT.json [MORE.json ...]
+  bench/perf_table.py --list
+e.g. bench/perf_table.py --update bench/results/h200/baseline.json README.md docs/PERF.md
+
+Several JSON files are merged shape by shape: all rows of a shape come from the
+first file that has it (so paired ratios stay within one run); the ceilings
+come from the first file that measured them.
+
+Regions:
+  ceilings             measured read bandwidth and tensor rates against the datasheet
+  results              every shape: fp4-sm90 (and its kernel) against cuBLAS bf16 and fp8
+  choice               the kernel fp4-sm90 ran, by M, for each (N, K) of the results
+  kernel-KERNEL        the rows one kernel ran (decode, mid, prefill, prefill-wide)
+                       against cuBLAS and the roofline
+
+The kernel of a row is its `variant` field; both the kept kernels' names and
+their numbered names (v4-decode, v11-mid, v8-prefill, v16-prefill) are read.
+Rows that are unsupported or FAILED show their state and reason."""
 import json
+import os
+import re
 import sys
 
-
-# issue 4's targets: (M, N, K) -> (text, test(row, rows of the same shape) -> met?)
-def _bf16_ratio(r, same, want):
-    b = same.get("cublas-bf16")
-    return (b is not None and b["state"] == "ok" and b["tflops"] > 0
-            and r["tflops"] >= want * b["tflops"])
-
-
-def _bw_frac(r, same, want, bw):
-    return bw > 0 and r["bytes"] / (r["time_us"]["median"] * 1e-6) / 1e9 >= want * bw
+BASE, FP8, OURS = "cublas-bf16", "cublaslt-fp8", "fp4-sm90"
+KERNELS = ("decode", "mid", "prefill", "prefill-wide")
+NUMBERED = {"v4-decode": "decode", "v11-mid": "mid", "v8-prefill": "prefill",
+            "v16-prefill": "prefill-wide"}
+BEGIN = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\s*$")
+END = "<!-- end generated -->"
 
 
-def _target(m, n, k):
-    fixed = {(16, 2048, 6144): 5.0, (64, 2048, 6144): 5.5, (16, 768, 6144): 4.5,
-             (64, 768, 6144): 4.5, (256, 2048, 6144): 11.0}
-    if (m, n, k) in fixed:
-        us = fixed[(m, n, k)]
-        return f"<= {us:g} us", lambda r, same, bw: r["time_us"]["median"] <= us
-    if (m, n, k) in ((16, 8192, 8192), (16, 28672, 4096)):
-        return ">= 75% of read BW", lambda r, same, bw: _bw_frac(r, same, 0.75, bw)
-    return ">= 90% of cublas-bf16", lambda r, same, bw: _bf16_ratio(r, same, 0.9)
+def kernel_of(variant):
+    """the kept kernel's name for a row's variant field, else the field as is"""
+    v = (variant or "").strip()
+    return NUMBERED.get(v, v)
 
 
-def _shapes(d):
-    """rows grouped by shape, in order: {(m,n,k): {backend: row}}"""
-    out = {}
-    for r in d["rows"]:
-        out.setdefault((r["m"], r["n"], r["k"]), {})[r["backend"]] = r
+# ---- results -------------------------------------------------------------------
+
+class Results:
+    """the merged rows of one or more fp4bench JSON files"""
+
+    def __init__(self, paths):
+        self.paths, self.docs, self.ceilings = paths, [], None
+        self.shapes = {}  # (m, n, k) -> {backend: row}, in the order first seen
+        for p in paths:
+            with open(p) as f:
+                d = json.load(f)
+            if d.get("schema_version") != 1:
+                sys.exit(f"{p}: not an fp4bench JSON file of schema 1 (docs/JSON.md)")
+            self.docs.append((p, d))
+            c = d.get("ceilings") or {}
+            if self.ceilings is None and c.get("measured"):
+                self.ceilings = c
+            mine = {}
+            for r in d["rows"]:
+                r["_baseline"] = d["settings"].get("baseline")  # what its ratio is against
+                mine.setdefault((r["m"], r["n"], r["k"]), {})[r["backend"]] = r
+            for s, rows in mine.items():
+                for r in rows.values():
+                    r["_peers"] = rows  # the shape's rows of the same run
+                self.shapes.setdefault(s, rows)
+        self.ceilings = self.ceilings or {}
+
+    def note(self, rows=()):
+        """the one-line source note of a region; rows: the rows it shows (their
+        SM clocks are given as a range)"""
+        def one(key):
+            vals = []
+            for _, d in self.docs:
+                v = key(d)
+                if v and v not in vals:
+                    vals.append(v)
+            return " / ".join(vals) or "unknown"
+
+        def cuda(v):
+            return f"{v // 1000}.{v % 1000 // 10}" if v else ""
+
+        dev = one(lambda d: d["device"].get("name") if d["device"].get("present") else "no GPU")
+        drv = one(lambda d: d["device"].get("driver_string") or cuda(d["device"].get("driver_version")))
+        rt = one(lambda d: cuda(d["device"].get("runtime_version")))
+        clk = one(lambda d: f"{d['device'].get('sm_clock_max_mhz', 0):.0f}")
+        commit = one(lambda d: d["fp4bench"].get("commit"))
+        clocks = [r["telemetry"]["sm_clock_mhz"] for r in rows
+                  if r.get("telemetry") and r["telemetry"].get("sm_clock_mhz")]
+        lo, hi = (min(clocks), max(clocks)) if clocks else (0, 0)
+        run = "" if not clocks else (f", {lo:.0f} MHz in these rows" if lo == hi else
+                                     f", {lo:.0f}-{hi:.0f} MHz in these rows")
+        src = " + ".join(f"`{show_path(p)}`" for p in self.paths)
+        s = self.docs[0][1]["settings"]
+        how = ", ".join(x for x in (
+            "hot L2" if s.get("hot") else "cold L2",
+            "CUDA graphs" if s.get("use_graphs") else "plain launches",
+            f"{s.get('data', '?')} data") if x)
+        return (f"_Generated by `bench/perf_table.py` from {src}: {dev}, driver {drv}, CUDA {rt}, "
+                f"SM clock max {clk} MHz{run}; fp4bench {commit}; {how}._")
+
+
+def show_path(p):
+    """a path as the note gives it: relative inside the working folder, else its name"""
+    rel = os.path.relpath(os.path.abspath(p))
+    return os.path.basename(p) if rel.startswith("..") else rel
+
+
+def median(r):
+    if r is None or r.get("state") != "ok":
+        return None
+    return (r.get("time_us") or {}).get("median")
+
+
+def cell_us(r):
+    """a row's median, or its state and reason"""
+    if r is None:
+        return "-"
+    if r.get("state") != "ok":
+        why = " ".join((r.get("reason") or "").split())
+        if len(why) > 60:
+            why = why[:57] + "..."
+        why = why.replace("|", "\\|")
+        return f"{r.get('state')} ({why})" if why else r.get("state", "?")
+    t = median(r)
+    return "not timed" if t is None else f"{t:.2f}"
+
+
+def cell_ratio(num, den):
+    """den's speed-up over num from the medians: num / den"""
+    a, b = median(num), median(den)
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def cell_paired(r, base):
+    """the row's paired ratio against the baseline with its 95% CI when the
+    run's baseline is `base`, else the ratio of the medians"""
+    q = (r or {}).get("ratio") if r and r.get("state") == "ok" else None
+    if q and q.get("value") and (r.get("_baseline") == base):
+        lo, hi = q.get("lo"), q.get("hi")
+        ci = f" [{lo:.2f}, {hi:.2f}]" if lo and hi else ""
+        return f"{q['value']:.2f}x{ci}"
+    return cell_ratio((r or {}).get("_peers", {}).get(base), r)
+
+
+def ours(rows):
+    return rows.get(OURS)
+
+
+def fastest(rows, backends):
+    ts = {b: median(rows.get(b)) for b in backends}
+    ts = {b: t for b, t in ts.items() if t}
+    return min(ts, key=ts.get) if ts else None
+
+
+def shape_order(res):
+    """shapes grouped by (N, K) in the order first seen, M ascending"""
+    groups = {}
+    for (m, n, k) in res.shapes:
+        groups.setdefault((n, k), []).append(m)
+    return [(m, n, k) for (n, k), ms in groups.items() for m in sorted(ms)]
+
+
+# ---- regions -------------------------------------------------------------------
+
+def region_ceilings(res):
+    c = res.ceilings
+    dev = res.docs[0][1]["device"]
+    out = [res.note()]
+    if not c:
+        return out + ["", "No file among the results measured the ceilings (`--no-ceilings`)."]
+
+    def pct(v, peak):
+        return f"{100 * v / peak:.0f}%" if v and peak else "-"
+
+    def num(v, unit):
+        return f"{v:.0f} {unit}" if v else "not measured"
+
+    out += ["", "| ceiling | measured | datasheet | measured / datasheet |", "|---|---:|---:|---:|"]
+    items = (
+        ("read bandwidth: 4 GiB streamed with 16-byte loads", c.get("read_gbps"), "GB/s",
+         dev.get("peak_bw_gbps")),
+        ("cuBLAS bf16 at 8192^3, interleaved (the rows' roofline)", c.get("bf16_tflops"),
+         "TFLOP/s", dev.get("peak_bf16_tflops")),
+        ("cuBLAS bf16 at 8192^3, back to back", c.get("bf16_sustained_tflops"), "TFLOP/s",
+         dev.get("peak_bf16_tflops")),
+        ("cuBLASLt fp8 at 8192^3, interleaved", c.get("fp8_tflops"), "TFLOP/s",
+         dev.get("peak_fp8_tflops")),
+        ("cuBLASLt fp8 at 8192^3, back to back", c.get("fp8_sustained_tflops"), "TFLOP/s",
+         dev.get("peak_fp8_tflops")),
+    )
+    for what, v, unit, peak in items:
+        out.append(f"| {what} | {num(v, unit)} | {num(peak, unit)} | {pct(v, peak)} |")
     return out
 
 
-def _us(r):
-    return f"{r['time_us']['median']:.2f}" if r and r["state"] == "ok" else (
-        r["state"] if r else "-")
+def region_results(res):
+    shapes = shape_order(res)
+    shown = [r for s in shapes for r in res.shapes[s].values() if r["backend"] in (BASE, FP8, OURS)]
+    out = [res.note(shown), "",
+           "| label | M | N | K | fp4-sm90 kernel | fp4-sm90 us | cuBLAS bf16 us | cuBLASLt fp8 us "
+           "| fp4-sm90 vs bf16 | fp4-sm90 vs fp8 |",
+           "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for s in shapes:
+        rows = res.shapes[s]
+        if not any(b in rows for b in (BASE, FP8, OURS)):
+            continue
+        win = fastest(rows, (BASE, FP8, OURS))
+        cells = []
+        for b in (OURS, BASE, FP8):
+            t = cell_us(rows.get(b))
+            cells.append(f"**{t}**" if b == win else t)
+        r = ours(rows)
+        label = next(iter(rows.values()))["label"]
+        kern = kernel_of(r.get("variant")) if r else "-"
+        out.append(f"| {label} | {s[0]} | {s[1]} | {s[2]} | {kern or '-'} | {cells[0]} | {cells[1]} "
+                   f"| {cells[2]} | {cell_paired(r, BASE) if r else '-'} | "
+                   f"{cell_ratio(rows.get(FP8), r) if r else '-'} |")
+    out += ["", "Bold: the fastest of the three. fp4-sm90 vs bf16: the paired ratio of the "
+            "interleaved rounds with its 95% interval (above 1: fp4-sm90 is faster); vs fp8: "
+            "the ratio of the medians."]
+    return out
 
 
-def targets(path):
-    d = json.load(open(path))
-    bw = d["ceilings"].get("read_gbps") or 0
-    print(f"<!-- {path}: commit {d['fp4bench']['commit']}, {d['started']}, "
-          f"read {bw:.0f} GB/s -->")
-    print("| shape (M, N, K) | cublas-bf16 us | cublaslt-fp8 us | target | fp4-sm90 us (variant) "
-          "| fp4-sm90 TFLOP/s, GB/s | met |")
-    print("|---|---:|---:|---|---:|---:|---|")
-    for (m, n, k), same in _shapes(d).items():
-        r = same.get("fp4-sm90")
-        text, met = _target(m, n, k)
-        b, f = same.get("cublas-bf16"), same.get("cublaslt-fp8")
-        bt = f"{_us(b)} ({b['tflops']:.0f} TFLOP/s)" if b and b["state"] == "ok" and m >= 1024 else _us(b)
-        if r and r["state"] == "ok":
-            ok = "yes" if met(r, same, bw) else "no"
-            mine = f"{_us(r)} ({r.get('variant') or ''})"
-            rate = f"{r['tflops']:.0f}, {r['gbps']:.0f}"
-        else:
-            ok, mine, rate = "no", _us(r), ""
-        print(f"| {m}, {n}, {k} | {bt} | {_us(f)} | {text} | {mine} | {rate} | {ok} |")
+def region_choice(res):
+    """per (N, K): the M range each kernel ran"""
+    groups = {}
+    for (m, n, k) in shape_order(res):
+        r = ours(res.shapes[(m, n, k)])
+        if r is None:
+            continue
+        kern = kernel_of(r.get("variant")) or r.get("state", "?")
+        groups.setdefault((n, k), []).append((m, kern))
+    cols = [k for k in KERNELS if any(kk == k for g in groups.values() for _, kk in g)]
+    cols += sorted({kk for g in groups.values() for _, kk in g} - set(cols))
+    out = [res.note(), "", "| N x K | " + " | ".join(f"{c}: M" for c in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+
+    def span(ms):
+        ms = sorted(ms)
+        return "-" if not ms else (f"{ms[0]}" if len(ms) == 1 else f"{ms[0]} .. {ms[-1]}")
+
+    for (n, k), ms in groups.items():
+        out.append(f"| {n} x {k} | " + " | ".join(span([m for m, kk in ms if kk == c])
+                                                    for c in cols) + " |")
+    return out
 
 
-def sweep(path):
-    d = json.load(open(path))
-    base = d["settings"].get("baseline") or "cublas-bf16"
-    print(f"<!-- {path}: commit {d['fp4bench']['commit']}, {d['started']} -->")
-    print(f"| label | M | N | K | cublas-bf16 us | cublaslt-fp8 us | fp4-sm90 us | variant "
-          f"| fp4-sm90 vs {base} (95% CI) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
-    for (m, n, k), same in _shapes(d).items():
-        r = same.get("fp4-sm90")
-        lab = next(iter(same.values()))["label"]
-        ratio = r.get("ratio") if r else None
-        rt = f"{ratio['value']:.2f}x [{ratio['lo']:.2f}, {ratio['hi']:.2f}]" if ratio else "-"
-        print(f"| {lab} | {m} | {n} | {k} | {_us(same.get('cublas-bf16'))} "
-              f"| {_us(same.get('cublaslt-fp8'))} | {_us(r)} | {(r or {}).get('variant') or ''} | {rt} |")
+def region_kernel(res, kern):
+    c = res.ceilings
+    bw, rate = c.get("read_gbps") or 0, c.get("bf16_tflops") or 0
+    picked = []
+    for s in shape_order(res):
+        rows = res.shapes[s]
+        r = ours(rows)
+        if r is not None and kernel_of(r.get("variant")) == kern:
+            picked.append((s, rows, r))
+    shown = [rows[b] for _, rows, _ in picked for b in (OURS, BASE, FP8) if b in rows]
+    out = [res.note(shown), ""]
+    if not picked:
+        return out + [f"No row of the results ran `{kern}`."]
+    out += ["| M | N | K | fp4-sm90 us | bytes floor us | flops floor us | % of roofline "
+            "| cuBLAS bf16 us | vs bf16 | cuBLASLt fp8 us | vs fp8 |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (m, n, k), rows, r in picked:
+        t = median(r)
+        fb = r["bytes"] / (bw * 1e9) * 1e6 if bw and r.get("bytes") else None
+        ff = r["flops"] / (rate * 1e12) * 1e6 if rate and r.get("flops") else None
+        floor = max(x for x in (fb, ff, 0) if x is not None)
+        roof = f"{100 * floor / t:.0f}%" if t and floor else "-"
+        out.append(f"| {m} | {n} | {k} | {cell_us(r)} | {'-' if fb is None else f'{fb:.2f}'} "
+                   f"| {'-' if ff is None else f'{ff:.2f}'} | {roof} | {cell_us(rows.get(BASE))} "
+                   f"| {cell_paired(r, BASE)} | {cell_us(rows.get(FP8))} "
+                   f"| {cell_ratio(rows.get(FP8), r)} |")
+    return out
 
 
-def sweep_grid(path):
-    """one table per (N, K): M across, a row per backend (median us) and the
-    fp4-sm90 variant and its ratio to cublas-bf16"""
-    d = json.load(open(path))
-    print(f"<!-- {path}: commit {d['fp4bench']['commit']}, {d['started']} -->")
-    by_nk = {}
-    for (m, n, k), same in _shapes(d).items():
-        by_nk.setdefault((n, k), {})[m] = same
-    for (n, k), ms in by_nk.items():
-        cols = sorted(ms)
-        print(f"\n| M (N={n}, K={k}) | " + " | ".join(str(m) for m in cols) + " |")
-        print("|---|" + "---:|" * len(cols))
-        for b in ("cublas-bf16", "cublaslt-fp8", "fp4-sm90"):
-            print(f"| {b} us | " + " | ".join(_us(ms[m].get(b)) for m in cols) + " |")
-        vs = []
-        for m in cols:
-            r = ms[m].get("fp4-sm90")
-            vs.append(f"{r['ratio']['value']:.2f}x" if r and r.get("ratio") else "-")
-        print("| fp4-sm90 vs cublas-bf16 | " + " | ".join(vs) + " |")
-        print("| fp4-sm90 variant | " + " | ".join(
-            ((ms[m].get("fp4-sm90") or {}).get("variant") or "-").split("-")[0] for m in cols) + " |")
+def regions():
+    r = {"ceilings": region_ceilings, "results": region_results, "choice": region_choice}
+    for k in KERNELS:
+        r["kernel-" + k] = (lambda kk: lambda res: region_kernel(res, kk))(k)
+    return r
+
+
+# ---- files ---------------------------------------------------------------------
+
+def rewrite(text, res, path):
+    """text with every generated region rebuilt; the names of the regions"""
+    gens, out, names, lines, i = regions(), [], [], text.split("\n"), 0
+    while i < len(lines):
+        m = BEGIN.match(lines[i])
+        out.append(lines[i])
+        i += 1
+        if not m:
+            continue
+        name = m.group(1)
+        if name not in gens:
+            sys.exit(f"{path}:{i}: unknown region '{name}' (bench/perf_table.py --list)")
+        j = i
+        while j < len(lines) and lines[j].strip() != END:
+            if BEGIN.match(lines[j]):
+                sys.exit(f"{path}:{i}: region '{name}' has no '{END}' before the next one")
+            j += 1
+        if j == len(lines):
+            sys.exit(f"{path}:{i}: region '{name}' has no '{END}'")
+        out += gens[name](res)
+        out.append(lines[j])
+        names.append(name)
+        i = j + 1
+    return "\n".join(out), names
+
+
+def usage():
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
     args = sys.argv[1:]
-    if not args:
-        sys.exit(__doc__)
-    if args[0] == "--targets":
-        return targets(args[1])
-    if args[0] == "--sweep":
-        return sweep(args[1])
-    if args[0] == "--sweep-grid":
-        return sweep_grid(args[1])
-    path, backends, label = args[0], None, None
-    if "--backend" in args:
-        backends = args[args.index("--backend") + 1].split(",")
-    if "--label" in args:
-        label = args[args.index("--label") + 1]
-    d = json.load(open(path))
-    c = d["ceilings"]
-    bw, rate = c.get("read_gbps") or 0, c.get("bf16_tflops") or 0
-    dev = d["device"]
-    print(f"<!-- {path}: {dev['name']}, commit {d['fp4bench']['commit']}, {d['started']}; "
-          f"read {bw:.0f} GB/s, bf16 {rate:.0f} TFLOP/s -->")
-    print("| M | N | K | backend | variant | median us | bytes floor us | flops floor us "
-          "| % of floor | vs " + (d["settings"].get("baseline") or "-") + " |")
-    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---|")
-    for r in d["rows"]:
-        if backends and r["backend"] not in backends:
-            continue
-        if label and r["label"] != label:
-            continue
-        if r["state"] != "ok":
-            print(f"| {r['m']} | {r['n']} | {r['k']} | {r['backend']} | | {r['state']}: "
-                  f"{r['reason'][:60]} | | | | |")
-            continue
-        med = r["time_us"]["median"]
-        fb = r["bytes"] / (bw * 1e9) * 1e6 if bw else float("nan")
-        ff = r["flops"] / (rate * 1e12) * 1e6 if rate else float("nan")
-        ratio = r.get("ratio")
-        rt = f"{ratio['value']:.2f}x [{ratio['lo']:.2f}, {ratio['hi']:.2f}]" if ratio else "-"
-        print(f"| {r['m']} | {r['n']} | {r['k']} | {r['backend']} | {r.get('variant') or ''} "
-              f"| {med:.2f} | {fb:.2f} | {ff:.2f} | {100 * max(fb, ff) / med:.0f}% | {rt} |")
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if args[0] == "--list":
+        print("\n".join(regions()))
+        return 0
+    if args[0] == "--print" and len(args) >= 3:
+        gens = regions()
+        if args[1] not in gens:
+            sys.exit(f"unknown region '{args[1]}' (bench/perf_table.py --list)")
+        res = Results(args[2:])
+        print("\n".join(gens[args[1]](res)))
+        return 0
+    if args[0] not in ("--update", "--check"):
+        usage()
+    js = [a for a in args[1:] if a.endswith(".json")]
+    mds = [a for a in args[1:] if not a.endswith(".json")]
+    if not js or not mds:
+        usage()
+    res = Results(js)
+    stale = 0
+    for p in mds:
+        with open(p) as f:
+            old = f.read()
+        new, names = rewrite(old, res, p)
+        if not names:
+            print(f"{p}: no generated region", file=sys.stderr)
+        if args[0] == "--check":
+            if new != old:
+                print(f"{p}: generated regions out of date ({', '.join(names)})", file=sys.stderr)
+                stale = 1
+        elif new != old:
+            with open(p + ".tmp", "w") as f:
+                f.write(new)
+            os.replace(p + ".tmp", p)
+            print(f"{p}: rewrote {', '.join(names)}")
+        else:
+            print(f"{p}: up to date ({', '.join(names)})")
+    return stale
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
