@@ -13,9 +13,7 @@
  *   from the activation layout: no shared-memory staging.
  * - Packed weights (fp4_sm90_decode_pack_b): [tile of 16 rows][k-step][lane]
  *   16 bytes (row g's 8 bytes, then row g+8's), [tile][k-step][lane] 2 scale
- *   bytes (row g, row g+8). One 512-byte coalesced load per tile and k-step,
- *   with an L2 evict-first policy (the weights are read once a call and should
- *   not push out what the next kernels reuse).
+ *   bytes (row g, row g+8). One 512-byte coalesced load per tile and k-step.
  * - A warp covers RT tiles (16*RT rows: the token conversion is shared by
  *   them) and a contiguous K range of a block's split; loads run one k-step
  *   ahead in a register ring. 8 warps a block split the block's K range;
@@ -56,22 +54,13 @@ static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* An L2 policy that evicts first, for weights read once a call: they should not
- * push out of L2 what the next kernels reuse (activations, the KV cache). */
-static __device__ __forceinline__ uint64_t l2_evict_first_policy(void)
-{
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-
-/* ldg_stream16 with an L2 cache policy (l2_evict_first_policy) */
-static __device__ __forceinline__ uint4 ldg_stream16_hint(const uint4 *p, uint64_t pol)
+/* 16-byte streaming load: read once, keep it out of L1. */
+static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(pol));
+                 : "l"(p));
     return v;
 }
 
@@ -244,12 +233,12 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
                                                const uint16_t *bs, const uint8_t *aq,
                                                const uint8_t *asf, int ks, int KS, int tile0,
                                                int lane, const int *mrow, int KB, int Kbp,
-                                               size_t arow_bytes, uint64_t wpol)
+                                               size_t arow_bytes)
 {
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         const size_t u = ((size_t)(tile0 + i) * KS + ks) * 32 + lane;
-        s.w[i] = ldg_stream16_hint(bq + u, wpol); /* the weights: L2 evict-first */
+        s.w[i] = ldg_stream16(bq + u);
         s.ws[i] = ldg_stream2(bs + u);
     }
     const int kb = ks * 4 + (lane & 3);
@@ -312,12 +301,10 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 
     /* register ring: D4_DEPTH + 1 slots, loads issued D4_DEPTH steps ahead */
     d4_slot<RT, NT> slot[D4_DEPTH + 1];
-    const uint64_t wpol = l2_evict_first_policy();
 #pragma unroll
     for (int u = 0; u < D4_DEPTH; u++)
         if (w0 + u < w1)
-            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow,
-                            wpol);
+            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow);
     for (int s = w0; s < w1; s += D4_DEPTH + 1) {
 #pragma unroll
         for (int u = 0; u <= D4_DEPTH; u++) {
@@ -326,7 +313,7 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
                 const int nx = ks + D4_DEPTH;
                 if (nx < w1)
                     d4_load<RT, NT>(slot[(u + D4_DEPTH) % (D4_DEPTH + 1)], bq, bs, aq, asf, nx, KS,
-                                    tile0, lane, mrow, KB, Kbp, arow, wpol);
+                                    tile0, lane, mrow, KB, Kbp, arow);
                 d4_math<RT, NT>(slot[u], acc);
             }
         }
@@ -463,6 +450,8 @@ void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales
 
 int fp4_sm90_decode_fits(int64_t m, int64_t n, int64_t k, int num_sms)
 {
+    if (m < 1 || n < 1 || k < 16 || k % 16 != 0) return 0;
+    if (k / 2 > INT32_MAX / 2 || n > INT32_MAX - D4_NPAD || m > INT32_MAX) return 0; /* int indices */
     d4_cfg c;
     d4_plan(m, n, k, num_sms, 0, &c);
     return c.zc <= 65535 && c.S <= 65535 && c.rbs <= 0x7fffffff;

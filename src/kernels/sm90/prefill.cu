@@ -180,28 +180,6 @@ fp4_status fp4_sm90_prefill_init(fp4_err *err)
     return FP4_OK;
 }
 
-/* FP4_OK when the current device is sm_90 and this build holds machine code for
- * it (the 90a target): elsewhere the kernels are traps. */
-fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_err *err)
-{
-    int dev = 0, maj = 0, min = 0;
-    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
-    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
-    if (maj != 9 || min != 0)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 %s: needs sm_90 (wgmma), this GPU is sm_%d%d", name, maj, min);
-    cudaFuncAttributes fa;
-    const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky: clear it for the launch checks */
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 %s: not compiled for this GPU (needs the 90a target): %s",
-                        name, cudaGetErrorString(e));
-    }
-    return FP4_OK;
-}
-
 /* the shape fits and the workspace is there, large enough and aligned */
 static fp4_status pf_check(const fp4_sm90_gemm_args *a, const char *name, size_t ws_need,
                            fp4_err *err)
