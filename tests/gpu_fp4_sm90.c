@@ -1,16 +1,19 @@
-/* The fp4-sm90 backend and the GPU quantizer against the CPU specification.
+/* The fp4-sm90 kernels and the GPU quantizer against the CPU specification.
  *
  * 1. GPU quantizer (kernels/fp4_quantize.h) bit-identical (memcmp) to
  *    fp4_quantize_bf16 + fp4_swizzle_scales: codes, swizzled scales with
  *    zeroed padding, global scale; given and computed encode scales; rows not
  *    a multiple of 128, K/16 not a multiple of 4; a matrix of exact E2M1 ties.
- * 2. GEMM through the backend interface, each kernel variant forced (v3-decode
- *    also with forced splits and each block shape), against
- *    fp4_gemm_reference on gaussian data quantized by fp4_quantize_f32: output
- *    poisoned first, no NaN left, max|D-R|/max|R| <= 1e-2, ||D-R||/||R|| <= 5e-3,
- *    every copy, and a second run of a copy (the decode workspace must come
- *    back zeroed), also replayed from a CUDA graph.
- * 3. Misaligned operands rejected with FP4_ERR_UNSUPPORTED.
+ * 2. GEMM through the backend interface, each of the four kernels forced
+ *    (FP4_SM90_KERNEL) and the rule's own choice, against fp4_gemm_reference
+ *    on gaussian data quantized by fp4_quantize_f32: output poisoned first, no
+ *    NaN left, max|D-R|/max|R| <= 1e-2, ||D-R||/||R|| <= 5e-3, every copy, and
+ *    a second run of a copy (workspaces must come back reusable), also
+ *    replayed from a CUDA graph.
+ * 3. Every configuration the rule can pick, through the kernel API with its
+ *    overrides (fp4_sm90_gemm_args: K splits, tile widths, prefill-wide's
+ *    persistent grid and tile order), run twice each.
+ * 4. Misaligned operands rejected with FP4_ERR_UNSUPPORTED.
  * Exits 77 (skipped) without an sm_90 GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -20,27 +23,14 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_rng.h"
 #include "fp4/backend.h"
 #include "fp4/format.h"
 #include "kernels/fp4_quantize.h"
-#include "kernels/fp4_sm90.h"
+#include "kernels/sm90/fp4_sm90.h"
 
 extern const fp4_backend_ops fp4_backend_fp4_sm90;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static double uniform01(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static float gaussian(void)
-{
-    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
-}
 
 /* ---- 1. the quantizer ------------------------------------------------------------ */
 
@@ -96,7 +86,7 @@ static void check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float
     free(got_sf);
 }
 
-static void test_quantizer(void)
+static void test_quantizer(test_rng *rng)
 {
     static const int64_t shapes[][2] = {{1, 16}, {3, 48}, {130, 80}, {129, 2880}, {256, 6144}, {17, 16}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -107,7 +97,7 @@ static void test_quantizer(void)
         for (int64_t j = 0; j < rows * cols; j++) {
             /* gaussian with a few large and tiny blocks, so scales span E4M3 */
             float scale = (j / 16) % 7 == 0 ? 1e-3f : (j / 16) % 11 == 0 ? 50.0f : 1.0f;
-            x[j] = fp4_bf16_from_float(gaussian() * scale);
+            x[j] = fp4_bf16_from_float((float)test_rng_gauss(rng) * scale);
         }
         check_quantizer(x, rows, cols, 0.0f, "gaussian, computed gs");
         check_quantizer(x, rows, cols, 2688.0f / 3.7f, "gaussian, given gs");
@@ -173,6 +163,8 @@ typedef struct cached_problem {
 typedef struct gemm_tester {
     const fp4_backend_ops *ops;
     void *inst;
+    int num_sms;
+    test_rng rng;
     cached_problem cache[PROBLEM_CACHE];
     int next; /* round-robin eviction */
 } gemm_tester;
@@ -200,8 +192,8 @@ static const cached_problem *problem_get(gemm_tester *t, int64_t m, int64_t n, i
     int ok = xa && xb && p->ref;
     CHECK(ok);
     if (ok) {
-        for (int64_t i = 0; i < m * k; i++) xa[i] = gaussian();
-        for (int64_t i = 0; i < n * k; i++) xb[i] = gaussian();
+        for (int64_t i = 0; i < m * k; i++) xa[i] = (float)test_rng_gauss(&t->rng);
+        for (int64_t i = 0; i < n * k; i++) xb[i] = (float)test_rng_gauss(&t->rng);
         ok = fp4_quantize_f32(xa, m, k, 0.0f, &p->a, &err) == FP4_OK;
         CHECK(ok);
         if (ok) {
@@ -229,18 +221,18 @@ static const cached_problem *problem_get(gemm_tester *t, int64_t m, int64_t n, i
     return p;
 }
 
-static void test_gemm(gemm_tester *t, int variant, int64_t m, int64_t n, int64_t k)
+/* the backend with FP4_SM90_KERNEL = kernel (FP4_SM90_AUTO: the rule's choice) */
+static void test_gemm(gemm_tester *t, int kernel, int64_t m, int64_t n, int64_t k)
 {
     const fp4_backend_ops *ops = t->ops;
     void *inst = t->inst;
     fp4_err err;
     char what[160];
-    const fp4_sm90_variant *v = fp4_sm90_variant_by_id(variant);
-    /* development filter: GPU_FP4_SM90_ONLY=<number> tests one variant (main says so) */
-    const char *only = getenv("GPU_FP4_SM90_ONLY");
-    if (only && atoi(only) != variant) return;
-    snprintf(what, sizeof what, "%s (%lld, %lld, %lld)", v ? v->name : "?", (long long)m,
-             (long long)n, (long long)k);
+    const fp4_sm90_kernel_info *v = fp4_sm90_kernel_by_id(kernel);
+    const int want = v ? kernel : fp4_sm90_choose(m, n, k, t->num_sms);
+    const char *want_name = fp4_sm90_kernel_by_id(want) ? fp4_sm90_kernel_by_id(want)->name : "?";
+    snprintf(what, sizeof what, "%s%s (%lld, %lld, %lld)", v ? "" : "auto: ", want_name,
+             (long long)m, (long long)n, (long long)k);
     const cached_problem *cp = problem_get(t, m, n, k);
     float *got = malloc((size_t)m * (size_t)n * 4);
     CHECK(cp && got);
@@ -257,13 +249,13 @@ static void test_gemm(gemm_tester *t, int variant, int64_t m, int64_t n, int64_t
     pr.b = &cp->b;
     pr.alpha = cp->a.global_scale * cp->b.global_scale;
 
-    setenv("FP4_SM90_KERNEL", v->name, 1); /* read by prepare */
+    setenv("FP4_SM90_KERNEL", v ? v->name : "auto", 1); /* read by prepare */
     void *plan = NULL;
     const int copies = 2;
     fp4_status st = ops->prepare(inst, &pr, copies, &plan, &err);
     CHECK_MSG(st == FP4_OK, "%s: prepare: %s", what, fp4_err_text(&err));
     if (st == FP4_OK) {
-        CHECK_MSG(strcmp(ops->variant(plan), v->name) == 0, "%s: plan runs %s", what,
+        CHECK_MSG(strcmp(ops->variant(plan), want_name) == 0, "%s: plan runs %s", what,
                   ops->variant(plan));
         for (int c = 0; c < copies; c++) {
             for (int rep = 0; rep < 2; rep++) { /* the 2nd run needs a clean workspace */
@@ -305,7 +297,87 @@ static void test_gemm(gemm_tester *t, int variant, int64_t m, int64_t n, int64_t
     free(got);
 }
 
-/* ---- 3. argument checks ------------------------------------------------------------ */
+/* ---- 3. every configuration, through the kernel API ----------------------------- */
+
+/* n bf16 values at d -> host floats; 1 on success */
+static int read_bf16(const void *d, size_t n, float *out)
+{
+    uint16_t *h = malloc(n * 2);
+    int ok = h && cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (size_t i = 0; ok && i < n; i++) out[i] = fp4_bf16_to_float(h[i]);
+    free(h);
+    return ok;
+}
+
+/* kernel with the overrides (splits, tile_n, ctas, group) on (m, n, k): pack B
+ * and swizzle A's scales on the host, upload, run twice on a poisoned D */
+static void test_direct(gemm_tester *t, int kernel, int64_t m, int64_t n, int64_t k, int splits,
+                        int tile_n, int ctas, int group)
+{
+    fp4_err err;
+    char what[200];
+    snprintf(what, sizeof what, "%s (%lld, %lld, %lld) splits %d tile_n %d ctas %d group %d",
+             fp4_sm90_kernel_by_id(kernel)->name, (long long)m, (long long)n, (long long)k, splits,
+             tile_n, ctas, group);
+    const cached_problem *cp = problem_get(t, m, n, k);
+    const size_t a_codes = (size_t)m * (size_t)(k / 2), a_sf = fp4_swizzled_size(m, k);
+    const size_t b_codes = fp4_sm90_packed_b_codes_size(kernel, n, k);
+    const size_t b_sf = fp4_sm90_packed_b_scales_size(kernel, n, k);
+    /* the overrides may need more than the automatic configuration's
+     * workspace; the launch checks what it needs against what it is given */
+    const size_t ws = fp4_sm90_workspace_size(kernel, m, n, k) + ((size_t)64 << 20);
+    uint8_t *h_asf = malloc(a_sf), *h_bq = malloc(b_codes), *h_bs = malloc(b_sf);
+    float *got = malloc((size_t)m * (size_t)n * 4);
+    void *d_aq = NULL, *d_asf = NULL, *d_bq = NULL, *d_bs = NULL, *d_d = NULL, *d_ws = NULL;
+    CHECK(cp && h_asf && h_bq && h_bs && got);
+    if (!cp || !h_asf || !h_bq || !h_bs || !got) goto out;
+    CHECK(fp4_swizzle_scales(cp->a.scales, m, k, h_asf, &err) == FP4_OK);
+    CHECK(fp4_sm90_pack_b(kernel, &cp->b, h_bq, h_bs, &err) == FP4_OK);
+    CHECK(cudaMalloc(&d_aq, a_codes) == cudaSuccess && cudaMalloc(&d_asf, a_sf) == cudaSuccess &&
+          cudaMalloc(&d_bq, b_codes) == cudaSuccess && cudaMalloc(&d_bs, b_sf) == cudaSuccess &&
+          cudaMalloc(&d_d, (size_t)m * (size_t)n * 2) == cudaSuccess &&
+          cudaMalloc(&d_ws, ws) == cudaSuccess);
+    if (!d_aq || !d_asf || !d_bq || !d_bs || !d_d || !d_ws) goto out;
+    CHECK(cudaMemcpy(d_aq, cp->a.codes, a_codes, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d_asf, h_asf, a_sf, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d_bq, h_bq, b_codes, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d_bs, h_bs, b_sf, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemset(d_ws, 0, ws) == cudaSuccess);
+    fp4_sm90_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel = kernel;
+    a.m = m, a.n = n, a.k = k;
+    a.a_codes = d_aq, a.a_sf = d_asf, a.b_codes = d_bq, a.b_sf = d_bs;
+    a.alpha = cp->a.global_scale * cp->b.global_scale;
+    a.d = d_d;
+    a.workspace = d_ws, a.workspace_bytes = ws;
+    a.num_sms = t->num_sms;
+    a.splits = splits, a.tile_n = tile_n, a.ctas = ctas, a.group = group;
+    for (int rep = 0; rep < 2; rep++) { /* the 2nd run needs a reusable workspace */
+        char w2[240];
+        snprintf(w2, sizeof w2, "%s run %d", what, rep);
+        CHECK(cudaMemset(d_d, 0xFF, (size_t)m * (size_t)n * 2) == cudaSuccess); /* NaN */
+        const fp4_status st = fp4_sm90_gemm(&a, 0, &err);
+        CHECK_MSG(st == FP4_OK, "%s: %s", w2, fp4_err_text(&err));
+        CHECK_MSG(cudaDeviceSynchronize() == cudaSuccess, "%s: %s", w2,
+                  cudaGetErrorString(cudaGetLastError()));
+        CHECK(read_bf16(d_d, (size_t)m * (size_t)n, got));
+        compare(got, cp->ref, (size_t)m * (size_t)n, w2);
+    }
+out:
+    cudaFree(d_aq);
+    cudaFree(d_asf);
+    cudaFree(d_bq);
+    cudaFree(d_bs);
+    cudaFree(d_d);
+    cudaFree(d_ws);
+    free(h_asf);
+    free(h_bq);
+    free(h_bs);
+    free(got);
+}
+
+/* ---- 4. argument checks ------------------------------------------------------------ */
 
 static void test_rejects(void)
 {
@@ -314,7 +386,7 @@ static void test_rejects(void)
     CHECK(cudaMalloc(&buf, 1 << 20) == cudaSuccess);
     fp4_sm90_gemm_args a;
     memset(&a, 0, sizeof a);
-    a.variant = FP4_SM90_V2_PREFILL;
+    a.kernel = FP4_SM90_DECODE;
     a.m = 16;
     a.n = 64;
     a.k = 64;
@@ -323,37 +395,21 @@ static void test_rejects(void)
     a.b_codes = (const uint8_t *)buf;
     a.b_sf = (const uint8_t *)buf;
     a.d = (uint16_t *)buf;
+    a.workspace = buf;
+    a.workspace_bytes = 1 << 20;
     a.alpha = 1.0f;
-    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_UNSUPPORTED);
+    CHECK(fp4_sm90_gemm(&a, 0, &err) == FP4_ERR_UNSUPPORTED);
     a.a_codes = (const uint8_t *)buf;
     CHECK(fp4_sm90_check(&a, &err) == FP4_OK);
     a.k = 40;
-    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
+    CHECK(fp4_sm90_gemm(&a, 0, &err) == FP4_ERR_SHAPE);
     a.k = 64;
-    a.variant = FP4_SM90_V1_DECODE; /* no workspace */
-    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+    a.kernel = FP4_SM90_PREFILL;
+    a.tile_n = 96; /* no such tile width: refused before any launch */
+    a.workspace_bytes = fp4_sm90_workspace_size(a.kernel, a.m, a.n, a.k);
+    CHECK(fp4_sm90_gemm(&a, 0, &err) == FP4_ERR_INVALID_ARG);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaFree(buf);
-}
-
-/* variant forced with each of the split counts 1, 3 and 45 (FP4_SM90_SPLITK:
- * one split writes D directly, several go through the workspace, 45 is more
- * than most shapes' k-steps) on the ns shapes */
-static void test_splits(gemm_tester *t, int variant,
-                        const int64_t (*shapes)[3], size_t ns)
-{
-    static const char *splits[] = {"1", "3", "45"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_SPLITK", splits[i], 1);
-        for (size_t j = 0; j < ns; j++) test_gemm(t, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
-    }
-    unsetenv("FP4_SM90_SPLITK");
-}
-
-/* every shape of the list with variant forced */
-static void test_shapes(gemm_tester *t, int variant,
-                        const int64_t (*shapes)[3], size_t ns)
-{
-    for (size_t j = 0; j < ns; j++) test_gemm(t, variant, shapes[j][0], shapes[j][1], shapes[j][2]);
 }
 
 int main(void)
@@ -370,6 +426,7 @@ int main(void)
         printf("gpu_fp4_sm90: skipped: needs an sm_90 GPU, this one is sm_%d%d\n", major, minor);
         return 77;
     }
+    unsetenv("FP4_SM90_KERNEL");
     const fp4_backend_ops *ops = &fp4_backend_fp4_sm90;
     fp4_err err;
     void *inst = NULL;
@@ -380,215 +437,98 @@ int main(void)
     memset(&tester, 0, sizeof tester);
     tester.ops = ops;
     tester.inst = inst;
+    tester.rng = test_rng_seed(0x9E3779B97F4A7C15ull);
+    CHECK(cudaDeviceGetAttribute(&tester.num_sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
 
-    if (getenv("GPU_FP4_SM90_ONLY"))
-        printf("gpu_fp4_sm90: only variant %s is tested (GPU_FP4_SM90_ONLY)\n", getenv("GPU_FP4_SM90_ONLY"));
-    test_quantizer();
+    test_rng qrng = test_rng_seed(0x2545F4914F6CDD1Dull);
+    test_quantizer(&qrng);
     test_rejects();
-    int fit[FP4_SM90_MAX_CLUSTER + 1], sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-    CHECK(fp4_sm90_decode10_cluster_fit(fit, sms, &err) == FP4_OK);
-    printf("gpu_fp4_sm90: v10 clusters of s resident at once, s = 1..%d:", FP4_SM90_MAX_CLUSTER);
-    for (int s = 1; s <= FP4_SM90_MAX_CLUSTER; s++) printf(" %d", fit[s]);
-    printf("\n");
-    CHECK(fit[1] > 0 && fit[2] > 0);
 
-    /* Every M in {1,3,16,17,64,129,256}, N in {1,8,200,768,2048}, K in
-     * {16,48,2880,6144} appears at least once per variant. */
-    static const int64_t shapes[][3] = {
-        {1, 2048, 6144}, {3, 200, 2880}, {16, 2048, 6144}, {17, 768, 48}, {64, 768, 6144},
-        {129, 8, 2880},  {256, 200, 16},  {16, 1, 16},      {64, 2048, 48}, {1, 8, 6144},
-        {256, 768, 2880}, {3, 1, 48},
+    /* 2. each kernel forced on shapes of its regime and on tails: M, N and K
+     * not multiples of any tile (1, 3, 17, 129, 203, 1001), K of one partial
+     * k-step (16, 48) and with a partial last one (2880, 640), N % 4 != 0 */
+    static const int64_t decode_shapes[][3] = {
+        {1, 2048, 6144}, {3, 200, 2880},  {16, 2048, 6144}, {17, 768, 48},    {64, 768, 6144},
+        {129, 8, 2880},  {16, 1, 16},     {2, 5, 16},       {32, 200, 2880},  {150, 2048, 6144},
+        {16, 8192, 8192}, {16, 28672, 4096},
     };
-    const int variants[] = {FP4_SM90_V1_DECODE, FP4_SM90_V2_PREFILL, FP4_SM90_V3_DECODE,
-                            FP4_SM90_V4_DECODE, FP4_SM90_V5_PREFILL, FP4_SM90_V6_DECODE,
-                            FP4_SM90_V7_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                            FP4_SM90_V10_DECODE, FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL,
-                            FP4_SM90_V13_MID, FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID,
-                            FP4_SM90_V16_PREFILL};
-    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            test_gemm(&tester, variants[v], shapes[i][0], shapes[i][1], shapes[i][2]);
-    /* decode with forced split counts, and a multi-chunk M (3 token chunks) */
-    setenv("FP4_SM90_SPLITK", "1", 1);
-    test_gemm(&tester, FP4_SM90_V1_DECODE, 16, 768, 2880);
-    setenv("FP4_SM90_SPLITK", "45", 1);
-    test_gemm(&tester, FP4_SM90_V1_DECODE, 16, 768, 2880);
-    unsetenv("FP4_SM90_SPLITK");
-    test_gemm(&tester, FP4_SM90_V1_DECODE, 150, 2048, 6144);
-    /* v3-decode: forced splits (1, 3, the cluster maximum 8, and more than 8,
-     * which is clamped), each block shape (FP4_SM90_V3_RP), the target shapes,
-     * several token chunks, N not a multiple of the row block */
-    static const char *v3_splits[] = {"1", "3", "8", "45"};
-    for (int i = 0; i < 4; i++) {
-        setenv("FP4_SM90_SPLITK", v3_splits[i], 1);
-        test_gemm(&tester, FP4_SM90_V3_DECODE, 16, 768, 2880);
-    }
-    unsetenv("FP4_SM90_SPLITK");
-    static const char *v3_rps[] = {"1", "2", "4"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_V3_RP", v3_rps[i], 1);
-        test_gemm(&tester, FP4_SM90_V3_DECODE, 17, 200, 2880);
-        test_gemm(&tester, FP4_SM90_V3_DECODE, 64, 2048, 6144);
-        test_gemm(&tester, FP4_SM90_V3_DECODE, 129, 8, 48);
-    }
-    unsetenv("FP4_SM90_V3_RP");
-    static const int64_t v3_shapes[][3] = {
-        {64, 2048, 6144}, {256, 2048, 6144}, {16, 768, 6144}, {150, 2048, 6144}, {16, 8192, 8192},
+    static const int64_t mid_shapes[][3] = {
+        {65, 2048, 6144},  {128, 770, 2880},   {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
+        {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16},     {64, 28672, 4096}, {3, 200, 2880},
     };
-    test_shapes(&tester, FP4_SM90_V3_DECODE, v3_shapes, sizeof v3_shapes / sizeof v3_shapes[0]);
-
-    /* v4-decode: forced splits (1 writes D directly, 3 and 45 go through the
-     * workspace and the arrival counters), every (tiles, token tiles) shape,
-     * several token chunks, the target shapes */
-    static const int64_t v4_split_shapes[][3] = {{16, 768, 2880}, {5, 200, 6144}};
-    test_splits(&tester, FP4_SM90_V4_DECODE, v4_split_shapes, 2);
-    static const int64_t v4_shapes[][3] = {
-        {8, 2048, 6144},  {32, 200, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
-        {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},
-    };
-    test_shapes(&tester, FP4_SM90_V4_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
-
-    /* v6-decode: forced splits (1, 3, 45: several staging chunks a block at
-     * 1 and 3, clamped to K's k-steps at 45), every token-tile count (M up to
-     * 8, 16, 32, 64 tokens a chunk), several chunks, a last row block past the
-     * 64-row padding (N = 200, 2000), the target shapes */
-    static const int64_t v6_split_shapes[][3] = {{16, 768, 2880}, {64, 200, 6144}, {5, 2000, 2880}};
-    test_splits(&tester, FP4_SM90_V6_DECODE, v6_split_shapes, 3);
-    test_shapes(&tester, FP4_SM90_V6_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
-    test_gemm(&tester, FP4_SM90_V6_DECODE, 31, 2000, 48);
-    test_gemm(&tester, FP4_SM90_V6_DECODE, 256, 768, 6144);
-    /* v7-decode: K of 1..8 k-steps and with a partial last stage (K = 2880:
-     * 45 k-steps; 48: one k-step of three k-blocks), more stages than the
-     * ring holds (6144: 12 stages, 8192: 16), every token-tile count and
-     * several token chunks (150, 256), the target shapes */
-    test_shapes(&tester, FP4_SM90_V7_DECODE, v4_shapes, sizeof v4_shapes / sizeof v4_shapes[0]);
-    test_gemm(&tester, FP4_SM90_V7_DECODE, 31, 2000, 48);
-    test_gemm(&tester, FP4_SM90_V7_DECODE, 256, 768, 6144);
-    test_gemm(&tester, FP4_SM90_V7_DECODE, 9, 200, 512);
-    test_gemm(&tester, FP4_SM90_V7_DECODE, 1, 64, 28672);
-    /* v9-mid: every token tile width (M <= 64, <= 128, more: 256) with one and
-     * several token tiles, forced splits (1 writes D from the tile, 3 and 45
-     * (clamped to the k-steps) go through the fp32 sums and the counters),
-     * K with a partial last k-step (48, 2880), weight rows past the 128-row
-     * tile (200, 2000), N not a multiple of 4 (D stored element by element),
-     * the target shapes (8 and 2 splits) */
-    static const int64_t v9_split_shapes[][3] = {{16, 768, 2880}, {100, 200, 6144}, {300, 2000, 48}};
-    test_splits(&tester, FP4_SM90_V9_MID, v9_split_shapes, 3);
-    static const int64_t v9_shapes[][3] = {
-        {65, 2048, 6144}, {128, 770, 2880}, {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
-        {1024, 2048, 6144}, {16, 8192, 8192}, {7, 203, 16}, {64, 28672, 4096},
-    };
-    test_shapes(&tester, FP4_SM90_V9_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
-    /* v11-mid: v9's shapes and forced splits (1: D from the tile, no
-     * cooperative launch; 3 and 45, clamped to the k-steps and to the CTAs
-     * that co-reside, go through the slices, the barrier and the counters'
-     * re-zeroing); test_gemm runs every shape several times (graph replay
-     * included), so a counter left non-zero fails the next call */
-    test_splits(&tester, FP4_SM90_V11_MID, v9_split_shapes, 3);
-    test_shapes(&tester, FP4_SM90_V11_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
-    /* v13-mid: the same as v11 (its host side), and every token tile width
-     * forced on a 6144- and a 640-deep shape (10 k-steps: fewer than the
-     * 128- and 64-token rings hold, more than the 256-token ring) */
-    test_splits(&tester, FP4_SM90_V13_MID, v9_split_shapes, 3);
-    test_shapes(&tester, FP4_SM90_V13_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
-    static const char *v13_bns[] = {"64", "128", "256"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_V11_BN", v13_bns[i], 1);
-        test_gemm(&tester, FP4_SM90_V13_MID, 200, 2000, 6144);
-        test_gemm(&tester, FP4_SM90_V13_MID, 77, 300, 640);
-    }
-    unsetenv("FP4_SM90_V11_BN");
-    /* v12-prefill: each tile width and ring depth (FP4_SM90_V12_BN, _ST) on
-     * K = 48 (one k-step of three k-blocks, rows of 24 bytes: 8-byte
-     * cp.asyncs), more k-steps than the ring holds (640, 2880, 6144),
-     * several m and n tiles with partial last ones (300, 1000, 2000), N odd;
-     * bit-identical to v8 is not asserted here (the reference is) */
-    static const int64_t v12_shapes[][3] = {
+    static const int64_t prefill_shapes[][3] = {
         {300, 2000, 48}, {1000, 770, 2880}, {2048, 2048, 6144}, {129, 1001, 6144}, {4096, 256, 640},
+        {17, 768, 48},   {1, 8, 6144},      {2048, 4100, 2880},
     };
-    static const char *v12_cfgs[][2] = {{"256", "6"}, {"256", "5"}, {"128", "6"}, {"128", "8"}};
-    for (int i = 0; i < 4; i++) {
-        setenv("FP4_SM90_V12_BN", v12_cfgs[i][0], 1);
-        setenv("FP4_SM90_V12_ST", v12_cfgs[i][1], 1);
-        test_shapes(&tester, FP4_SM90_V12_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+#define NSHAPES(a) (sizeof a / sizeof a[0])
+    for (size_t i = 0; i < NSHAPES(decode_shapes); i++)
+        test_gemm(&tester, FP4_SM90_DECODE, decode_shapes[i][0], decode_shapes[i][1], decode_shapes[i][2]);
+    for (size_t i = 0; i < NSHAPES(mid_shapes); i++)
+        test_gemm(&tester, FP4_SM90_MID, mid_shapes[i][0], mid_shapes[i][1], mid_shapes[i][2]);
+    for (size_t i = 0; i < NSHAPES(prefill_shapes); i++) {
+        test_gemm(&tester, FP4_SM90_PREFILL, prefill_shapes[i][0], prefill_shapes[i][1], prefill_shapes[i][2]);
+        test_gemm(&tester, FP4_SM90_PREFILL_WIDE, prefill_shapes[i][0], prefill_shapes[i][1],
+                  prefill_shapes[i][2]);
     }
-    unsetenv("FP4_SM90_V12_BN");
-    unsetenv("FP4_SM90_V12_ST");
-    /* v14-prefill: v12's shapes at each tile width (K = 48: 8-byte staging
-     * copies; 640..6144: more k-steps than the 4- and 6-deep rings and the
-     * staging ring hold; partial m and n tiles; N odd) */
-    static const char *v14_bns[] = {"256", "128"};
-    for (int i = 0; i < 2; i++) {
-        setenv("FP4_SM90_V14_BN", v14_bns[i], 1);
-        test_shapes(&tester, FP4_SM90_V14_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
+    /* the rule's own choice, one shape a regime */
+    static const int64_t auto_shapes[][3] = {
+        {16, 2048, 6144}, {256, 2048, 6144}, {2048, 2048, 6144}, {2048, 4100, 2880}};
+    for (size_t i = 0; i < NSHAPES(auto_shapes); i++)
+        test_gemm(&tester, FP4_SM90_AUTO, auto_shapes[i][0], auto_shapes[i][1], auto_shapes[i][2]);
+
+    /* 3. decode: split counts 1 (D straight from the block), 3 and 45 (the
+     * workspace and the arrival counters; 45 more than most shapes' k-steps) */
+    static const int split_counts[] = {1, 3, 45};
+    static const int64_t decode_split_shapes[][3] = {{16, 768, 2880}, {5, 200, 6144}, {40, 2048, 48}};
+    for (int s = 0; s < 3; s++)
+        for (size_t i = 0; i < NSHAPES(decode_split_shapes); i++)
+            test_direct(&tester, FP4_SM90_DECODE, decode_split_shapes[i][0], decode_split_shapes[i][1],
+                        decode_split_shapes[i][2], split_counts[s], 0, 0, 0);
+    /* mid: split counts 1 (D from the transposed tile, no cooperative launch),
+     * 3 and 45 (clamped to the k-steps and the co-resident CTAs: the slices,
+     * the tile barrier and the counters' re-zeroing), and every token tile
+     * width on a 6144- and a 640-deep shape (10 k-steps: fewer than the 128-
+     * and 64-token rings hold, more than the 256-token ring) */
+    static const int64_t mid_split_shapes[][3] = {{16, 768, 2880}, {100, 200, 6144}, {300, 2000, 48}};
+    for (int s = 0; s < 3; s++)
+        for (size_t i = 0; i < NSHAPES(mid_split_shapes); i++)
+            test_direct(&tester, FP4_SM90_MID, mid_split_shapes[i][0], mid_split_shapes[i][1],
+                        mid_split_shapes[i][2], split_counts[s], 0, 0, 0);
+    static const int token_tiles[] = {64, 128, 256};
+    for (int b = 0; b < 3; b++) {
+        test_direct(&tester, FP4_SM90_MID, 200, 2000, 6144, 0, token_tiles[b], 0, 0);
+        test_direct(&tester, FP4_SM90_MID, 77, 300, 640, 0, token_tiles[b], 0, 0);
     }
-    unsetenv("FP4_SM90_V14_BN");
-    /* v16-prefill: the same shapes at each tile width (its A prepass: rows
-     * past M and bytes past K zero-filled, K = 48's 24-byte rows; more
-     * k-steps than the 4- and 7-deep rings) */
-    for (int i = 0; i < 2; i++) {
-        setenv("FP4_SM90_V16_BN", v14_bns[i], 1);
-        test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
-    }
-    unsetenv("FP4_SM90_V16_BN");
-    /* v16's persistent grid forced small, at each tile width (4- and 7-deep
-     * rings): a CTA walks many tiles with the ring's stage count running on
-     * (K = 48: one k-step a tile, so a slot's phases turn over within and
-     * across tiles), and 5 CTAs for 24-64 tiles */
-    static const char *v16_ctas[] = {"1", "5"};
-    for (int i = 0; i < 4; i++) {
-        setenv("FP4_SM90_V16_CTAS", v16_ctas[i & 1], 1);
-        setenv("FP4_SM90_V16_BN", v14_bns[i >> 1], 1);
-        test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, 2);
-        test_gemm(&tester, FP4_SM90_V16_PREFILL, 4096, 256, 640);
-    }
-    unsetenv("FP4_SM90_V16_CTAS");
-    unsetenv("FP4_SM90_V16_BN");
-    /* v16's tile order forced: groups of 3 row tiles (1000 and 2048 rows: a
-     * last group of 2 and of 1; 4096: 10 groups and 2 rows) with the
-     * automatic and a 5-CTA grid, and the plain order (group 0) */
-    static const char *v16_groups[] = {"3", "3", "0"};
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_V16_GROUP", v16_groups[i], 1);
-        if (i == 1) setenv("FP4_SM90_V16_CTAS", "5", 1);
-        setenv("FP4_SM90_V16_BN", v14_bns[i & 1], 1);
-        test_shapes(&tester, FP4_SM90_V16_PREFILL, v12_shapes, sizeof v12_shapes / sizeof v12_shapes[0]);
-        unsetenv("FP4_SM90_V16_CTAS");
-    }
-    unsetenv("FP4_SM90_V16_GROUP");
-    unsetenv("FP4_SM90_V16_BN");
-    /* v15-mid: as v13 (v11's host side; splits 1 / 3 / 45, v9's shapes,
-     * every token tile width on a 6144- and a 640-deep shape) */
-    test_splits(&tester, FP4_SM90_V15_MID, v9_split_shapes, 3);
-    test_shapes(&tester, FP4_SM90_V15_MID, v9_shapes, sizeof v9_shapes / sizeof v9_shapes[0]);
-    for (int i = 0; i < 3; i++) {
-        setenv("FP4_SM90_V11_BN", v13_bns[i], 1);
-        test_gemm(&tester, FP4_SM90_V15_MID, 200, 2000, 6144);
-        test_gemm(&tester, FP4_SM90_V15_MID, 77, 300, 640);
-    }
-    unsetenv("FP4_SM90_V11_BN");
-    /* v10-decode, with each row tile count a warp (FP4_SM90_V10_RT 2, 4):
-     * forced splits (1: no cluster, D from the block; 3: clusters of 3; 45:
-     * clamped to the cluster maximum 8 or to K's k-steps), every token-tile
-     * count, several token chunks, persistent blocks over more tiles than SMs
-     * (150 x 2048: 160 tiles at RT 4; 16 x 28672: 448 / 896; with 3 splits
-     * 44 blocks a split run 4 tiles each), warps with no k-step (K = 48),
-     * a partial last slot (2880: 45 k-steps), rows past the padding (200,
-     * 2000), N % 4 != 0, the target shapes */
-    static const char *v10_rts[] = {"2", "4"};
-    static const int64_t v10_split_shapes[][3] = {
-        {16, 768, 2880}, {5, 200, 6144}, {150, 2048, 6144}, {64, 2000, 48}};
-    static const int64_t v10_shapes[][3] = {
-        {8, 2048, 6144},  {32, 203, 2880},  {150, 2048, 6144}, {64, 2048, 6144},
-        {16, 8192, 8192}, {16, 28672, 4096}, {2, 5, 16},       {64, 768, 6144},
-    };
-    for (int i = 0; i < 2; i++) {
-        setenv("FP4_SM90_V10_RT", v10_rts[i], 1);
-        test_splits(&tester, FP4_SM90_V10_DECODE, v10_split_shapes, 4);
-        test_shapes(&tester, FP4_SM90_V10_DECODE, v10_shapes, sizeof v10_shapes / sizeof v10_shapes[0]);
-    }
-    unsetenv("FP4_SM90_V10_RT");
+    /* prefill and prefill-wide at each tile width: K = 48 (one k-step of
+     * three k-blocks, rows of 24 bytes), more k-steps than the rings hold,
+     * partial m and n tiles, N odd */
+    static const int64_t tile_shapes[][3] = {
+        {300, 2000, 48}, {1000, 770, 2880}, {129, 1001, 6144}, {4096, 256, 640}};
+    static const int widths[] = {128, 256};
+    for (int w = 0; w < 2; w++)
+        for (size_t i = 0; i < NSHAPES(tile_shapes); i++) {
+            test_direct(&tester, FP4_SM90_PREFILL, tile_shapes[i][0], tile_shapes[i][1],
+                        tile_shapes[i][2], 0, widths[w], 0, 0);
+            test_direct(&tester, FP4_SM90_PREFILL_WIDE, tile_shapes[i][0], tile_shapes[i][1],
+                        tile_shapes[i][2], 0, widths[w], 0, 0);
+        }
+    /* prefill-wide's persistent grid forced small at each tile width: a CTA
+     * walks many tiles with the ring's stage count running on (K = 48: one
+     * k-step a tile, so a slot's phases turn over within and across tiles);
+     * its tile order in groups of 3 row tiles (1000 rows: a last group of 2;
+     * 4096: 10 groups and 2 rows) and the plain order */
+    static const int grids[] = {1, 5};
+    for (int w = 0; w < 2; w++)
+        for (int g = 0; g < 2; g++) {
+            test_direct(&tester, FP4_SM90_PREFILL_WIDE, 300, 2000, 48, 0, widths[w], grids[g], 0);
+            test_direct(&tester, FP4_SM90_PREFILL_WIDE, 1000, 770, 2880, 0, widths[w], grids[g], 0);
+            test_direct(&tester, FP4_SM90_PREFILL_WIDE, 4096, 256, 640, 0, widths[w], grids[g], 0);
+        }
+    static const int orders[][2] = {{3, 0}, {3, 5}, {-1, 0}}; /* (group, ctas) */
+    for (int o = 0; o < 3; o++)
+        for (size_t i = 0; i < NSHAPES(tile_shapes); i++)
+            test_direct(&tester, FP4_SM90_PREFILL_WIDE, tile_shapes[i][0], tile_shapes[i][1],
+                        tile_shapes[i][2], 0, widths[o & 1], orders[o][1], orders[o][0]);
 
     for (int i = 0; i < PROBLEM_CACHE; i++) problem_free(&tester.cache[i]);
     ops->close(inst);

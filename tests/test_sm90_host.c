@@ -1,11 +1,11 @@
 /* fp4-sm90's host-side rules, no GPU needed: the choice of kernel
- * (fp4_sm90_choose) at the points it was measured on (docs/PERF.md, "The
- * heuristic"), FP4_SM90_KERNEL forcing a variant, and the argument checks
- * (fp4_sm90_check makes no CUDA call), the workspaces of v6-decode,
- * v8-prefill, v9-mid and v11-mid included; the k permutation of the token
- * prepass's word form (fp4_tokperm_word) against its byte-wise definition;
- * the nibble -> fp16 dequantization (fp4_sm90_nibbles.h, no CUDA needed);
- * v16's tile order (fp4_sm90_raster.h, no CUDA needed). */
+ * (fp4_sm90_choose) on both sides of each measured crossover (docs/PERF.md,
+ * "The selection rule"), FP4_SM90_KERNEL's names, the argument checks
+ * (fp4_sm90_check makes no CUDA call) and the workspaces of every kernel, mid's
+ * weight packing, tiles and splits; the k permutation of the token prepass's
+ * word form (fp4_tokperm_word) against its byte-wise definition; the nibble ->
+ * fp16 dequantization (nibbles.h) and prefill-wide's tile order (raster.h),
+ * which need no CUDA. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,9 +13,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_rng.h"
 #include "fp4/format.h"
-#include "kernels/fp4_sm90_nibbles.h"
-#include "kernels/fp4_sm90_raster.h"
+#include "kernels/sm90/nibbles.h"
+#include "kernels/sm90/raster.h"
 
 static float half_bits_value(uint32_t h)
 {
@@ -40,10 +41,10 @@ static void test_nibbles(void)
         for (int r = 0; r < 4; r++) bad += o[r] != fp4_nib_pair(x, r);
     }
     CHECK_MSG(bad == 0, "%d one-bit words differ", bad);
-    uint32_t seed = 12345u;
+    test_rng rng = test_rng_seed(12345);
     bad = 0;
     for (int i = 0; i < 1000000; i++) {
-        seed = seed * 1664525u + 1013904223u;
+        const uint32_t seed = (uint32_t)test_rng_u64(&rng);
         uint32_t o[4];
         fp4_nib_pairs4(seed, o);
         for (int r = 0; r < 4; r++) bad += o[r] != fp4_nib_pair(seed, r);
@@ -64,7 +65,7 @@ static void test_nibbles(void)
 /* fp4_raster_tile visits every tile exactly once, for groups that divide
  * the row tiles, leave a remainder, equal or exceed them, and the plain
  * order; within a group the row tile runs fastest; and fp4_raster_group's
- * choice for v16's grids (128-132 tiles in flight). */
+ * choice for prefill-wide's grids (128-132 tiles in flight). */
 static void test_raster(void)
 {
     static const int grids[][2] = {{1, 1}, {8, 3}, {64, 32}, {33, 7}, {5, 40}, {32, 8}};
@@ -102,8 +103,7 @@ static void test_raster(void)
 }
 
 #ifdef FP4_HAVE_CUDA
-#include "kernels/fp4_sm90.h"
-#include "kernels/fp4_sm90_tokperm.h"
+#include "kernels/sm90/fp4_sm90.h"
 
 /* device pointers are only compared and aligned, never dereferenced */
 static _Alignas(16) uint8_t fake[64];
@@ -113,27 +113,19 @@ static void test_checks(void)
     fp4_err err;
     fp4_sm90_gemm_args a;
     memset(&a, 0, sizeof a);
-    a.m = 16;
     a.n = 2048;
     a.k = 6144;
     a.a_codes = a.a_sf = a.b_codes = a.b_sf = fake;
     a.d = (uint16_t *)fake;
     a.alpha = 1.0f;
     a.num_sms = 132;
-    a.variant = FP4_SM90_V4_DECODE;
-    a.splits = 1; /* v4 with one split needs its workspace all the same */
-    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
-    CHECK(strstr(fp4_err_text(&err), "workspace") != NULL);
-    const int with_ws[] = {FP4_SM90_V6_DECODE, FP4_SM90_V8_PREFILL, FP4_SM90_V9_MID,
-                           FP4_SM90_V11_MID, FP4_SM90_V12_PREFILL, FP4_SM90_V13_MID,
-                           FP4_SM90_V14_PREFILL, FP4_SM90_V15_MID, FP4_SM90_V16_PREFILL};
-    for (int i = 0; i < (int)(sizeof with_ws / sizeof with_ws[0]); i++) {
-        a.variant = with_ws[i];
-        a.m = with_ws[i] == FP4_SM90_V8_PREFILL || with_ws[i] == FP4_SM90_V12_PREFILL ||
-                      with_ws[i] == FP4_SM90_V14_PREFILL || with_ws[i] == FP4_SM90_V16_PREFILL
-                  ? 4096
-                  : 16;
-        const size_t need = fp4_sm90_workspace_size(a.variant, a.m, a.n, a.k);
+    /* every kernel needs its workspace: decode for its split-K sums and
+     * counters, mid for the token tiles and slices, the prefills for the
+     * prepasses' tiles */
+    for (int id = FP4_SM90_DECODE; id <= FP4_SM90_PREFILL_WIDE; id++) {
+        a.kernel = id;
+        a.m = id >= FP4_SM90_PREFILL ? 4096 : 16;
+        const size_t need = fp4_sm90_workspace_size(a.kernel, a.m, a.n, a.k);
         CHECK(need > 0);
         a.workspace = NULL;
         a.workspace_bytes = 0;
@@ -147,34 +139,29 @@ static void test_checks(void)
         a.workspace = fake + 8; /* misaligned */
         CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_UNSUPPORTED);
         a.workspace = fake;
+        a.splits = -1; /* overrides are counts */
+        CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+        a.splits = 0;
     }
-    /* v8's fp16 B: 2 bytes an element of B padded to 256 rows and 64 k */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V8_PREFILL, 4096, 2048, 6144) ==
-          (size_t)2048 * 6144 * 2);
-    /* v16: v8's, then A's fp16 tiles (rows padded to 128, k to 64) */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V16_PREFILL, 4096, 2048, 6144) ==
+    /* prefill's fp16 B: 2 bytes an element of B padded to 256 rows and 64 k */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_PREFILL, 4096, 2048, 6144) == (size_t)2048 * 6144 * 2);
+    /* prefill-wide: prefill's, then A's fp16 tiles (rows padded to 128, k to 64) */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_PREFILL_WIDE, 4096, 2048, 6144) ==
           (size_t)2048 * 6144 * 2 + (size_t)4096 * 6144 * 2);
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V16_PREFILL, 129, 200, 2880) ==
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_PREFILL_WIDE, 129, 200, 2880) ==
           (size_t)256 * 2880 * 2 + (size_t)256 * 2880 * 2);
-    /* v9: the tokens' fp16 tiles (rows padded to 256), the fp32 sums
-     * [256][2048], 16 x 4 counters, each part rounded up to 256 bytes */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V9_MID, 200, 2048, 6144) ==
-          (size_t)256 * 6144 * 2 + (size_t)256 * 2048 * 4 + 256);
-    /* v11: the same token tiles, then the slices for the most splits any call
-     * can use (forced beyond the k-steps, up to 256 co-resident CTAs): 200
-     * tokens are two 128-token tiles a 128-row block, 32 tiles, 8 splits
-     * (256 / 32), 64 KB a slice; two counters a tile */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 200, 2048, 6144) ==
+    /* mid: the tokens' fp16 tiles (rows padded to 256), then the slices for
+     * the most splits any call can use (forced beyond the k-steps, up to 256
+     * co-resident CTAs): 200 tokens are two 128-token tiles a 128-row block,
+     * 32 tiles, 8 splits (256 / 32), 64 KB a slice; two counters a tile */
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_MID, 200, 2048, 6144) ==
           (size_t)256 * 6144 * 2 + (size_t)32 * 8 * 128 * 128 * 4 + 256);
     /* more tiles than 256 CTAs: one split, no slices */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V11_MID, 1024, 28672, 4096) ==
+    CHECK(fp4_sm90_workspace_size(FP4_SM90_MID, 1024, 28672, 4096) ==
           (size_t)1024 * 4096 * 2 + 256 * ((224 * 4 * 8 + 255) / 256));
-    /* v7 and v10 need none */
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V7_DECODE, 16, 2048, 6144) == 0);
-    CHECK(fp4_sm90_workspace_size(FP4_SM90_V10_DECODE, 16, 2048, 6144) == 0);
-    a.variant = FP4_SM90_V7_DECODE;
-    a.workspace = NULL;
-    a.workspace_bytes = 0;
+    a.kernel = FP4_SM90_DECODE;
+    a.m = 16;
+    a.workspace_bytes = fp4_sm90_workspace_size(a.kernel, a.m, a.n, a.k);
     CHECK(fp4_sm90_check(&a, &err) == FP4_OK);
     a.k = 6136; /* not a multiple of 16 */
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
@@ -182,12 +169,15 @@ static void test_checks(void)
     a.m = 0;
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_SHAPE);
     a.m = 16;
-    a.variant = 99;
+    a.kernel = 99;
+    CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
+    a.kernel = FP4_SM90_AUTO; /* a call names the kernel it runs */
     CHECK(fp4_sm90_check(&a, &err) == FP4_ERR_INVALID_ARG);
 }
 
-/* v9-mid's weight packing: [128-row tile][k-step][row][32 bytes], zero padded */
-static void test_mid9_pack(void)
+/* mid's weight packing: [128-row tile][k-step][row][32 bytes], zero padded;
+ * the scales in the standard swizzled layout */
+static void test_mid_pack(void)
 {
     const int64_t N = 130, K = 80, KS = 2, rowb = K / 2;
     fp4_matrix b;
@@ -195,13 +185,13 @@ static void test_mid9_pack(void)
     CHECK(fp4_matrix_alloc(&b, N, K, &err) == FP4_OK);
     for (int64_t i = 0; i < N * rowb; i++) b.codes[i] = (uint8_t)(i * 37 + 11);
     for (int64_t i = 0; i < N * (K / 16); i++) b.scales[i] = (uint8_t)(i * 13 + 5);
-    const size_t cs = fp4_sm90_packed_b_codes_size(FP4_SM90_V9_MID, N, K);
-    const size_t ss = fp4_sm90_packed_b_scales_size(FP4_SM90_V9_MID, N, K);
+    const size_t cs = fp4_sm90_packed_b_codes_size(FP4_SM90_MID, N, K);
+    const size_t ss = fp4_sm90_packed_b_scales_size(FP4_SM90_MID, N, K);
     CHECK(cs == (size_t)256 * KS * 32);
     uint8_t *codes = malloc(cs), *scales = malloc(ss);
     CHECK(codes && scales);
     if (!codes || !scales) return;
-    CHECK(fp4_sm90_pack_b(FP4_SM90_V9_MID, &b, codes, scales, &err) == FP4_OK);
+    CHECK(fp4_sm90_pack_b(FP4_SM90_MID, &b, codes, scales, &err) == FP4_OK);
     int bad = 0;
     for (int64_t n = 0; n < 256; n++)
         for (int64_t s = 0; s < KS; s++)
@@ -215,23 +205,21 @@ static void test_mid9_pack(void)
         for (int64_t kb = 0; kb < K / 16; kb++)
             bad += scales[fp4_swizzle_offset(n, kb, fp4_swizzled_kblocks(K))] != b.scales[n * (K / 16) + kb];
     CHECK(bad == 0);
+    CHECK(fp4_sm90_pack_b(99, &b, codes, scales, &err) == FP4_ERR_INVALID_ARG);
     free(codes);
     free(scales);
     fp4_matrix_free(&b);
 }
 
-/* fp4_tokperm_word against the scalar prepass's definition: position
- * 8c + 2r + h of a step is k = 16r + 8(c & 1) + (c >> 1) + 4h, read as the
- * nibble k & 1 of byte k >> 1 of the row's 32 code bytes */
+/* fp4_tokperm_word against the byte-wise definition: position 8c + 2r + h of
+ * a step is k = 16r + 8(c & 1) + (c >> 1) + 4h, read as the nibble k & 1 of
+ * byte k >> 1 of the row's 32 code bytes */
 static void test_tokperm(void)
 {
-    uint64_t seed = 12345;
+    test_rng rng = test_rng_seed(12345);
     for (int trial = 0; trial < 200; trial++) {
         uint8_t bytes[32];
-        for (int i = 0; i < 32; i++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            bytes[i] = (uint8_t)(seed >> 56);
-        }
+        for (int i = 0; i < 32; i++) bytes[i] = (uint8_t)(test_rng_u64(&rng) >> 56);
         uint64_t blk[4];
         for (int r = 0; r < 4; r++) {
             blk[r] = 0;
@@ -251,129 +239,89 @@ static void test_tokperm(void)
     }
 }
 
+/* the rule on both sides of each crossover (docs/PERF.md lists the
+ * measurements behind them) */
+static void test_rule(void)
+{
+    const int sms = 132;
+    /* decode up to M = 32, and up to M = 96 at N <= 1024 */
+    CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_DECODE);
+    CHECK(fp4_sm90_choose(16, 28672, 4096, sms) == FP4_SM90_DECODE);
+    CHECK(fp4_sm90_choose(32, 2048, 6144, sms) == FP4_SM90_DECODE);
+    CHECK(fp4_sm90_choose(64, 768, 6144, sms) == FP4_SM90_DECODE);
+    CHECK(fp4_sm90_choose(96, 768, 6144, sms) == FP4_SM90_DECODE);
+    /* mid above, up to the prefill switch */
+    CHECK(fp4_sm90_choose(33, 2048, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(64, 2048, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(96, 8192, 8192, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(97, 768, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(1024, 2048, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(2047, 768, 6144, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(1024, 8192, 8192, sms) == FP4_SM90_MID);
+    CHECK(fp4_sm90_choose(3000, 200, 6144, sms) == FP4_SM90_MID); /* M x N small */
+    /* prefill from M = 2048 once M x N > 1024 x 768, below N = 4096 */
+    CHECK(fp4_sm90_choose(2048, 768, 6144, sms) == FP4_SM90_PREFILL);
+    CHECK(fp4_sm90_choose(2048, 2048, 6144, sms) == FP4_SM90_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 2048, 6144, sms) == FP4_SM90_PREFILL);
+    CHECK(fp4_sm90_choose(8192, 4095, 6144, sms) == FP4_SM90_PREFILL);
+    /* prefill-wide from N = 4096 */
+    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_PREFILL_WIDE);
+    CHECK(fp4_sm90_choose(4096, 4096, 4096, sms) == FP4_SM90_PREFILL_WIDE);
+    CHECK(fp4_sm90_choose(2048, 28672, 4096, sms) == FP4_SM90_PREFILL_WIDE);
+    /* past 65535 row tiles of 128 (the A prepass's grid) prefill runs instead */
+    CHECK(fp4_sm90_choose((int64_t)65536 * 128, 4096, 64, sms) == FP4_SM90_PREFILL);
+    /* a shape no kernel can run: none (the backend reports it unsupported) */
+    CHECK(fp4_sm90_choose(16, (int64_t)1 << 40, 64, sms) == FP4_SM90_AUTO);
+    for (int id = FP4_SM90_DECODE; id <= FP4_SM90_PREFILL_WIDE; id++)
+        CHECK(!fp4_sm90_kernel_fits(id, 16, 2048, 40, sms)); /* K % 16 != 0 */
+
+    /* mid's tiles and splits: one wave of co-resident CTAs, at least 4
+     * k-steps a split, at most 16 */
+    int bn = 0, splits = 0;
+    fp4_sm90_mid_cfg(256, 2048, 6144, sms, 0, 0, &bn, &splits);
+    CHECK(bn == 128 && splits == 4); /* 128-token tiles up to 256 tokens: 32 tiles x 4 */
+    fp4_sm90_mid_cfg(256, 2048, 6144, sms, 0, 45, &bn, &splits);
+    CHECK(splits == 4); /* forced, clamped to the co-resident CTAs: 132 / 32 */
+    fp4_sm90_mid_cfg(64, 2048, 6144, sms, 0, 0, &bn, &splits);
+    CHECK(bn == 64 && splits == 8);
+    fp4_sm90_mid_cfg(512, 2048, 6144, sms, 0, 0, &bn, &splits);
+    CHECK(bn == 256 && splits == 4);
+    fp4_sm90_mid_cfg(1024, 28672, 4096, sms, 0, 3, &bn, &splits);
+    CHECK(splits == 1); /* 896 tiles: more than the SMs */
+    fp4_sm90_mid_cfg(100, 200, 6144, sms, 0, 0, &bn, &splits);
+    CHECK(bn == 128 && splits == 16); /* 2 tiles; at most 16 */
+    fp4_sm90_mid_cfg(600, 2048, 48, sms, 0, 0, &bn, &splits);
+    CHECK(bn == 256 && splits == 1); /* one k-step */
+    fp4_sm90_mid_cfg(16, 2048, 2880, sms, 256, 0, &bn, &splits);
+    CHECK(bn == 256); /* the tile forced */
+
+    /* FP4_SM90_KERNEL: the four names and auto; anything else is an error */
+    static const char *names[] = {"decode", "mid", "prefill", "prefill-wide"};
+    for (int i = 0; i < 4; i++) {
+        CHECK(fp4_sm90_kernel_parse(names[i]) == i + 1);
+        CHECK(strcmp(fp4_sm90_kernel_by_id(i + 1)->name, names[i]) == 0);
+        setenv("FP4_SM90_KERNEL", names[i], 1);
+        CHECK(fp4_sm90_forced() == i + 1);
+    }
+    CHECK(fp4_sm90_kernel_parse("auto") == FP4_SM90_AUTO);
+    CHECK(fp4_sm90_kernel_parse("v4-decode") == -1);
+    CHECK(fp4_sm90_kernel_parse("4") == -1);
+    CHECK(fp4_sm90_kernel_by_id(0) == NULL && fp4_sm90_kernel_by_id(5) == NULL);
+    setenv("FP4_SM90_KERNEL", "no-such-kernel", 1);
+    CHECK(fp4_sm90_forced() == -1);
+    unsetenv("FP4_SM90_KERNEL");
+    CHECK(fp4_sm90_forced() == FP4_SM90_AUTO);
+}
+
 int main(void)
 {
     test_nibbles();
     test_raster();
     test_checks();
     test_tokperm();
-    test_mid9_pack();
-    unsetenv("FP4_SM90_KERNEL");
-    const int sms = 132;
-    /* decode (v4) up to M = 32, and up to M = 96 at N <= 1024 (session 6,
-     * -s6-dev-call4: 11.92 us against v11's 12.05 at 32x2048x6144, 10.90
-     * against 11.17 at 64x768x6144) */
-    CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(16, 28672, 4096, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(32, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(64, 768, 6144, sms) == FP4_SM90_V4_DECODE);
-    CHECK(fp4_sm90_choose(96, 768, 6144, sms) == FP4_SM90_V4_DECODE);
-    /* v11-mid above (12.20 against v4's 16.05 at 64x2048x6144, 14.67 / 23.49
-     * at 128x2048, 12.54 / 14.76 at 128x768) up to the prefill switch (52.32
-     * against v8's 55.90 at 1024x2048x6144, 32.69 / 48.69 at 1024x768) */
-    CHECK(fp4_sm90_choose(33, 2048, 6144, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(64, 2048, 6144, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(96, 8192, 8192, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(97, 768, 6144, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(512, 2048, 6144, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(1024, 2048, 6144, sms) == FP4_SM90_V11_MID);
-    CHECK(fp4_sm90_choose(2047, 768, 6144, sms) == FP4_SM90_V11_MID);
-    /* prefill (v8) from M = 2048 once M x N > 1024 x 768 (85.86 against v11's
-     * 91.07 at 2048x2048x6144, 49.91 / 59.09 at 2048x768) */
-    CHECK(fp4_sm90_choose(2048, 768, 6144, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(2048, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(8192, 2048, 6144, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(8192, 4095, 6144, sms) == FP4_SM90_V8_PREFILL);
-    /* v16 from N = 4096 (session 9: 1724 against v8's 1781 us at 8192^3,
-     * 234 / 238 at 4096^3; v8 3-7% faster at N = 2048) */
-    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V16_PREFILL);
-    CHECK(fp4_sm90_choose(4096, 4096, 4096, sms) == FP4_SM90_V16_PREFILL);
-    CHECK(fp4_sm90_choose(2048, 28672, 4096, sms) == FP4_SM90_V16_PREFILL);
-    CHECK(fp4_sm90_choose(1024, 8192, 8192, sms) == FP4_SM90_V11_MID);
-    /* past 65535 row tiles of 128 (v16's A prepass grid) v8 runs instead */
-    CHECK(fp4_sm90_choose((int64_t)65536 * 128, 4096, 64, sms) == FP4_SM90_V8_PREFILL);
-    CHECK(fp4_sm90_choose(3000, 200, 6144, sms) == FP4_SM90_V11_MID); /* M x N small */
-    /* v9's tiles and splits: one wave of CTAs, at least 4 k-steps a split */
-    int bn = 0, splits = 0;
-    fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &splits);
-    CHECK(bn == 256 && splits == 8);
-    fp4_sm90_mid9_cfg(100, 768, 6144, sms, 0, &bn, &splits);
-    CHECK(bn == 128 && splits == 16);
-    fp4_sm90_mid9_cfg(600, 2048, 48, sms, 0, &bn, &splits);
-    CHECK(bn == 256 && splits == 1);
-    fp4_sm90_mid9_cfg(16, 2048, 2880, sms, 45, &bn, &splits);
-    CHECK(bn == 64 && splits == 45);
-    fp4_sm90_mid9_cfg(16, 2048, 2880, sms, 99, &bn, &splits);
-    CHECK(splits == 45); /* clamped to the k-steps */
-    /* v10's row tiles a warp and splits (clusters of at most 8): RT 4 unless
-     * RT 2 fills the SMs better by more than 20% */
-    int rt = 0;
-    unsetenv("FP4_SM90_V10_RT");
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
-    CHECK(rt == 4 && splits == 4); /* 32 row blocks x 4 = 128 blocks */
-    fp4_sm90_decode10_cfg(16, 768, 6144, sms, 0, NULL, &rt, &splits);
-    CHECK(rt == 2 && splits == 5); /* 24 x 5 = 120 blocks; RT 4: 12 x 8 = 96 */
-    fp4_sm90_decode10_cfg(16, 8192, 8192, sms, 0, NULL, &rt, &splits);
-    CHECK(rt == 4 && splits == 1);
-    fp4_sm90_decode10_cfg(64, 2048, 6144, sms, 0, NULL, &rt, &splits);
-    CHECK(rt == 4 && splits == 2); /* 2 token chunks */
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 45, NULL, &rt, &splits);
-    CHECK(splits == 8); /* the cluster maximum */
-    fp4_sm90_decode10_cfg(16, 2048, 48, sms, 0, NULL, &rt, &splits);
-    CHECK(splits == 1); /* one k-step */
-    /* the H200's clusters of 1..8 resident at once (gpu_fp4_sm90's line in
-     * bench/results/2026-12-02-h200-s5-dev/call2): 32 clusters of 4 do not
-     * fit, so RT 4 gets 3 splits (96 blocks) and RT 2 with 2 (128) wins */
-    const int fit[9] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
-    CHECK(rt == 2 && splits == 2);
-    fp4_sm90_decode10_cfg(64, 768, 6144, sms, 0, fit, &rt, &splits);
-    CHECK(rt == 4 && splits == 4); /* 24 clusters of 5 do not fit (22) */
-    setenv("FP4_SM90_V10_RT", "4", 1);
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, fit, &rt, &splits);
-    CHECK(rt == 4 && splits == 3);
-    /* a shape whose packed weights overflow v10's 32-bit indexing is refused
-     * (the launch then says "shape too large"), the targets are not */
-    CHECK(fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, 2048, 6144, sms));
-    CHECK(fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, 28672, 4096, sms));
-    CHECK(!fp4_sm90_variant_fits(FP4_SM90_V10_DECODE, 16, (int64_t)1 << 30, 4096, sms));
-    setenv("FP4_SM90_V10_RT", "2", 1);
-    fp4_sm90_decode10_cfg(16, 2048, 6144, sms, 0, NULL, &rt, &splits);
-    CHECK(rt == 2 && splits == 2);
-    unsetenv("FP4_SM90_V10_RT");
-    /* v11's splits: v9's rule, clamped so that the tile's CTAs co-reside */
-    {
-        int s9 = 0, s11 = 0;
-        fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 0, &bn, &s9);
-        CHECK(bn == 256 && s9 == 8); /* 16 tiles x 8 = 128 CTAs */
-        fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 0, &bn, &s11);
-        CHECK(bn == 128 && s11 == 4); /* 128-token tiles up to 256 tokens: 32 tiles x 4 */
-        fp4_sm90_mid9_cfg(256, 2048, 6144, sms, 45, &bn, &s9);
-        fp4_sm90_mid11_cfg(256, 2048, 6144, sms, 45, &bn, &s11);
-        CHECK(s9 == 45 && s11 == 4); /* 132 / 32 */
-        fp4_sm90_mid11_cfg(64, 2048, 6144, sms, 0, &bn, &s11);
-        CHECK(bn == 64 && s11 == 8);
-        fp4_sm90_mid11_cfg(512, 2048, 6144, sms, 0, &bn, &s11);
-        CHECK(bn == 256 && s11 == 4);
-        fp4_sm90_mid11_cfg(1024, 28672, 4096, sms, 3, &bn, &s11);
-        CHECK(s11 == 1); /* 896 tiles: more than the SMs */
-        fp4_sm90_mid11_cfg(100, 200, 6144, sms, 0, &bn, &s11);
-        CHECK(bn == 128 && s11 == 16); /* 2 tiles; v9's cap of 16 */
-    }
-    /* forced, by name, alias and number; junk falls back to the rule */
-    setenv("FP4_SM90_KERNEL", "v1-decode", 1);
-    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V1_DECODE);
-    setenv("FP4_SM90_KERNEL", "prefill", 1);
-    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V2_PREFILL);
-    setenv("FP4_SM90_KERNEL", "3", 1);
-    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V3_DECODE);
-    setenv("FP4_SM90_KERNEL", "decode10", 1);
-    CHECK(fp4_sm90_choose(8192, 8192, 8192, sms) == FP4_SM90_V10_DECODE);
-    setenv("FP4_SM90_KERNEL", "mid11", 1);
-    CHECK(fp4_sm90_choose(1, 8, 16, sms) == FP4_SM90_V11_MID);
-    setenv("FP4_SM90_KERNEL", "no-such-kernel", 1);
-    CHECK(fp4_sm90_choose(1, 2048, 6144, sms) == FP4_SM90_V4_DECODE);
-    unsetenv("FP4_SM90_KERNEL");
+    test_mid_pack();
+    test_rule();
     return check_finish("test_sm90_host");
 }
 #else

@@ -1,14 +1,12 @@
-/* Backend "fp4-sm90": our NVFP4 GEMM for Hopper (src/kernels/fp4_sm90*.cu),
- * and the family-independent part of its C API (kernels/fp4_sm90.h): the
- * variant table, the choice heuristic, argument checks and the dispatch.
+/* Backend "fp4-sm90": our NVFP4 GEMM for Hopper (src/kernels/sm90/), and the
+ * kernel-independent part of its C API (kernels/sm90/fp4_sm90.h): the kernel
+ * table, the selection rule, argument checks and the dispatch.
  *
- * prepare() packs B once on the host into the layout of the variant chosen for
- * the shape (fp4_sm90_choose: forced by
- * FP4_SM90_KERNEL), swizzles A's scales as a quantizer would produce them,
- * and uploads `copies` independent sets (A codes, A swizzled scales, packed B,
- * D, decode workspace). run() is one kernel launch: asynchronous, no
- * allocation, graph-capturable. FP4_SM90_SPLITK=<n> overrides the decode
- * kernel's K splits (for tuning). */
+ * prepare() packs B once on the host into the layout of the kernel chosen for
+ * the shape (the rule below, or FP4_SM90_KERNEL), swizzles A's scales as a
+ * quantizer would produce them, and uploads `copies` independent sets (A
+ * codes, A swizzled scales, packed B, D, workspace). run() enqueues the
+ * kernel's launches: asynchronous, no allocation, graph-capturable. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,218 +17,180 @@ extern "C" {
 }
 #include "backends/blas_common.h"
 #include "backends/gpu_common.h"
-#include "kernels/fp4_sm90.h"
+#include "kernels/sm90/fp4_sm90.h"
 
-/* ---- variants, choice ------------------------------------------------------------ */
+/* ---- the kernel table -------------------------------------------------------------- */
 
-typedef struct sm90_family {
-    fp4_sm90_variant v;
-    const char *alias; /* second accepted name for FP4_SM90_KERNEL */
+typedef struct sm90_kernel {
+    fp4_sm90_kernel_info info;
     size_t (*codes_size)(int64_t n, int64_t k);
     size_t (*scales_size)(int64_t n, int64_t k);
     void (*pack_b)(const fp4_matrix *b, uint8_t *codes, uint8_t *scales);
-    size_t (*ws_size)(int64_t m, int64_t n, int64_t k);         /* NULL: no workspace */
-    int (*fits)(int64_t m, int64_t n, int64_t k, int num_sms); /* NULL: any shape */
-    fp4_status (*init)(fp4_err *err);
+    size_t (*ws_size)(int64_t m, int64_t n, int64_t k);
+    int (*fits)(int64_t m, int64_t n, int64_t k, int num_sms);
+    fp4_status (*init)(fp4_err *err); /* NULL: nothing to set up */
     fp4_status (*launch)(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err);
-    int splits; /* takes a K-split count (args.splits) */
-} sm90_family;
+} sm90_kernel;
 
-static const sm90_family sm90_families[] = {
-    {{FP4_SM90_V1_DECODE, "v1-decode",
-      "small M: swap AB, pre-shuffled weights streamed once, split K + last-block reduce"},
-     "decode", fp4_sm90_decode_codes_size, fp4_sm90_decode_scales_size, fp4_sm90_decode_pack_b,
-     fp4_sm90_decode_ws_size, NULL, fp4_sm90_decode_init, fp4_sm90_decode_launch, 1},
-    {{FP4_SM90_V2_PREFILL, "v2-prefill",
-      "large M: 128x128x64 mma.sync tiles, 4-stage cp.async, dequant smem->fragments"},
-     "prefill", fp4_sm90_prefill_codes_size, fp4_sm90_prefill_scales_size, fp4_sm90_prefill_pack_b,
-     NULL, NULL, fp4_sm90_prefill_init, fp4_sm90_prefill_launch, 0},
-    {{FP4_SM90_V3_DECODE, "v3-decode",
-      "small M: v1 layout, loads first, register pipeline, split K reduced in a cluster (DSMEM)"},
-     "decode3", fp4_sm90_decode_codes_size, fp4_sm90_decode_scales_size, fp4_sm90_decode_pack_b,
-     NULL, fp4_sm90_decode3_fits, fp4_sm90_decode3_init, fp4_sm90_decode3_launch, 1},
-    {{FP4_SM90_V4_DECODE, "v4-decode", FP4_SM90_V4_SUMMARY},
-     "decode4", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
-     fp4_sm90_decode4_ws_size, fp4_sm90_decode4_fits, fp4_sm90_decode4_init, fp4_sm90_decode4_launch, 1},
-    {{FP4_SM90_V5_PREFILL, "v5-prefill", FP4_SM90_V5_SUMMARY},
-     "prefill5", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, NULL, fp4_sm90_prefill5_fits, fp4_sm90_prefill5_init,
-     fp4_sm90_prefill5_launch, 0},
-    {{FP4_SM90_V6_DECODE, "v6-decode", FP4_SM90_V6_SUMMARY},
-     "decode6", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
-     fp4_sm90_decode6_ws_size, fp4_sm90_decode6_fits, fp4_sm90_decode6_init, fp4_sm90_decode6_launch, 1},
-    {{FP4_SM90_V7_DECODE, "v7-decode", FP4_SM90_V7_SUMMARY},
-     "decode7", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
-     NULL, fp4_sm90_decode7_fits, fp4_sm90_decode7_init, fp4_sm90_decode7_launch, 0},
-    {{FP4_SM90_V8_PREFILL, "v8-prefill", FP4_SM90_V8_SUMMARY},
-     "prefill8", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
-     fp4_sm90_prefill8_init, fp4_sm90_prefill8_launch, 0},
-    {{FP4_SM90_V9_MID, "v9-mid", FP4_SM90_V9_SUMMARY},
-     "mid9", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
-     fp4_sm90_mid9_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid9_init, fp4_sm90_mid9_launch, 1},
-    {{FP4_SM90_V10_DECODE, "v10-decode", FP4_SM90_V10_SUMMARY},
-     "decode10", fp4_sm90_decode4_codes_size, fp4_sm90_decode4_scales_size, fp4_sm90_decode4_pack_b,
-     NULL, fp4_sm90_decode10_fits, fp4_sm90_decode10_init, fp4_sm90_decode10_launch, 1},
-    {{FP4_SM90_V11_MID, "v11-mid", FP4_SM90_V11_SUMMARY},
-     "mid11", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
-     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid11_init, fp4_sm90_mid11_launch, 1},
-    {{FP4_SM90_V12_PREFILL, "v12-prefill", FP4_SM90_V12_SUMMARY},
-     "prefill12", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
-     fp4_sm90_prefill12_init, fp4_sm90_prefill12_launch, 0},
-    {{FP4_SM90_V13_MID, "v13-mid", FP4_SM90_V13_SUMMARY},
-     "mid13", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
-     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid13_init, fp4_sm90_mid13_launch, 1},
-    {{FP4_SM90_V14_PREFILL, "v14-prefill", FP4_SM90_V14_SUMMARY},
-     "prefill14", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill8_ws_size, fp4_sm90_prefill8_fits,
-     fp4_sm90_prefill14_init, fp4_sm90_prefill14_launch, 0},
-    {{FP4_SM90_V15_MID, "v15-mid", FP4_SM90_V15_SUMMARY},
-     "mid15", fp4_sm90_mid9_codes_size, fp4_sm90_mid9_scales_size, fp4_sm90_mid9_pack_b,
-     fp4_sm90_mid11_ws_size, fp4_sm90_mid9_fits, fp4_sm90_mid15_init, fp4_sm90_mid15_launch, 1},
-    {{FP4_SM90_V16_PREFILL, "v16-prefill", FP4_SM90_V16_SUMMARY},
-     "prefill16", fp4_sm90_prefill5_codes_size, fp4_sm90_prefill5_scales_size,
-     fp4_sm90_prefill5_pack_b, fp4_sm90_prefill16_ws_size, fp4_sm90_prefill16_fits,
-     fp4_sm90_prefill16_init, fp4_sm90_prefill16_launch, 0},
+static const sm90_kernel sm90_kernels[FP4_SM90_KERNELS] = {
+    {{FP4_SM90_DECODE, "decode",
+      "small M: mma.sync, weights streamed once in fragment order, split K via red.add"},
+     fp4_sm90_decode_codes_size, fp4_sm90_decode_scales_size, fp4_sm90_decode_pack_b,
+     fp4_sm90_decode_ws_size, fp4_sm90_decode_fits, NULL, fp4_sm90_decode_launch},
+    {{FP4_SM90_MID, "mid",
+      "mid M: wgmma, weights in registers, tokens by prepass, split K reduced by co-resident CTAs"},
+     fp4_sm90_mid_codes_size, fp4_sm90_mid_scales_size, fp4_sm90_mid_pack_b, fp4_sm90_mid_ws_size,
+     fp4_sm90_mid_fits, fp4_sm90_mid_init, fp4_sm90_mid_launch},
+    {{FP4_SM90_PREFILL, "prefill",
+      "large M: wgmma, A dequantized in registers, B by prepass into bulk-copied fp16 tiles"},
+     fp4_sm90_prefill_codes_size, fp4_sm90_prefill_scales_size, fp4_sm90_prefill_pack_b,
+     fp4_sm90_prefill_ws_size, fp4_sm90_prefill_fits, fp4_sm90_prefill_init,
+     fp4_sm90_prefill_launch},
+    {{FP4_SM90_PREFILL_WIDE, "prefill-wide",
+      "large M, wide N: both operands by prepass, persistent warp-specialized wgmma"},
+     fp4_sm90_prefill_codes_size, fp4_sm90_prefill_scales_size, fp4_sm90_prefill_pack_b,
+     fp4_sm90_prefill_wide_ws_size, fp4_sm90_prefill_wide_fits, fp4_sm90_prefill_wide_init,
+     fp4_sm90_prefill_wide_launch},
 };
-#define SM90_NFAM ((int)(sizeof sm90_families / sizeof sm90_families[0]))
 
-static const sm90_family *sm90_family_of(int id)
+static const sm90_kernel *sm90_kernel_of(int id)
 {
-    for (int i = 0; i < SM90_NFAM; i++)
-        if (sm90_families[i].v.id == id) return &sm90_families[i];
-    return NULL;
+    return id >= 1 && id <= FP4_SM90_KERNELS ? &sm90_kernels[id - 1] : NULL;
 }
 
-extern "C" int fp4_sm90_variant_count(void)
+extern "C" const fp4_sm90_kernel_info *fp4_sm90_kernel_by_id(int id)
 {
-    return SM90_NFAM;
+    const sm90_kernel *k = sm90_kernel_of(id);
+    return k ? &k->info : NULL;
 }
 
-extern "C" const fp4_sm90_variant *fp4_sm90_variant_at(int i)
+extern "C" int fp4_sm90_kernel_parse(const char *s)
 {
-    return i >= 0 && i < SM90_NFAM ? &sm90_families[i].v : NULL;
-}
-
-extern "C" const fp4_sm90_variant *fp4_sm90_variant_by_id(int id)
-{
-    const sm90_family *f = sm90_family_of(id);
-    return f ? &f->v : NULL;
-}
-
-extern "C" int fp4_sm90_variant_parse(const char *s)
-{
-    if (!s) return -1;
-    if (!strcmp(s, "auto") || !strcmp(s, "0") || !s[0]) return FP4_SM90_AUTO;
-    for (int i = 0; i < SM90_NFAM; i++) {
-        const sm90_family *f = &sm90_families[i];
-        char num[8];
-        snprintf(num, sizeof num, "%d", f->v.id);
-        if (!strcmp(s, f->v.name) || !strcmp(s, f->alias) || !strcmp(s, num)) return f->v.id;
-    }
+    if (!s || !s[0] || !strcmp(s, "auto")) return FP4_SM90_AUTO;
+    for (int i = 0; i < FP4_SM90_KERNELS; i++)
+        if (!strcmp(s, sm90_kernels[i].info.name)) return sm90_kernels[i].info.id;
     return -1;
-}
-
-extern "C" int fp4_sm90_variant_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms)
-{
-    const sm90_family *f = sm90_family_of(id);
-    return f && (!f->fits || f->fits(m, n, k, num_sms));
 }
 
 extern "C" int fp4_sm90_forced(void)
 {
-    const int v = fp4_sm90_variant_parse(getenv("FP4_SM90_KERNEL"));
-    return v > 0 ? v : FP4_SM90_AUTO;
+    return fp4_sm90_kernel_parse(getenv("FP4_SM90_KERNEL"));
 }
 
-/* The rule, in order:
- * 1. a forced variant wins (FP4_SM90_KERNEL);
- * 2. prefill (v8, else v5, else v2) when m >= 2048 and m * n > 1024 * 768:
- *    enough 128 x 256 output tiles without split K, and v11's token prepass
- *    (2 bytes a token element) costs as much as v8's weight prepass;
- * 3. v11-mid when m > 96, or m > 32 and n > 1024: the weights dequantized
- *    once per 64-256 tokens on wgmma, K split until the GPU is full, the
- *    partial tiles reduced by the tile's CTAs together;
- * 4. otherwise decode (v4, else v3, else v1): the weight stream plus the
- *    dequantization; split K fills the GPU at any N.
- * Measured on the H200 in one call (bench/results/2026-12-02-h200-s6-dev-call4:
- * v11 forced on the M sweep, v4 and v8 forced around the switches, us):
- * 32x2048x6144 v4 11.92 / v11 12.05, 64x2048 16.05 / 12.20, 128x2048 23.49
- * / 14.67, 64x768 10.90 / 11.17, 128x768 14.76 / 12.54; 1024x2048 v8 55.90 /
- * v11 52.32, 2048x2048 85.86 / 91.07, 1024x768 48.69 / 32.69, 2048x768 49.91
- * / 59.09. v9-mid (v11's main loop with atomics and a last-CTA read-back) is
- * no longer chosen: v11 is 1.3-1.7x faster wherever v9 was. */
+extern "C" int fp4_sm90_kernel_fits(int id, int64_t m, int64_t n, int64_t k, int num_sms)
+{
+    const sm90_kernel *kn = sm90_kernel_of(id);
+    return kn && kn->fits(m, n, k, num_sms);
+}
+
+/* ---- the selection rule ------------------------------------------------------------
+ * Named predicates, asked in order; docs/PERF.md has the measured crossovers
+ * behind each threshold. */
+
+/* Prefill M: enough 128 x 256 output tiles to fill the GPU without split K,
+ * and the mid kernel's token prepass (2 bytes a token element) costs as much
+ * as prefill's weight prepass. */
+static int sm90_should_use_prefill(int64_t m, int64_t n)
+{
+    return m >= 2048 && m * n > (int64_t)1024 * 768;
+}
+
+/* Within prefill M, from N = 4096: A's prepass (M K x 2.56 bytes) is then
+ * amortized by enough columns for the faster warp-specialized loop to win;
+ * at N = 2048 prefill is faster. */
+static int sm90_should_use_prefill_wide(int64_t m, int64_t n)
+{
+    return sm90_should_use_prefill(m, n) && n >= 4096;
+}
+
+/* Mid M: from 97 tokens, or from 33 when N > 1024 (enough weight tiles for
+ * split K to fill the GPU): the weights are dequantized once per 64-256
+ * tokens on wgmma instead of once per 32 on mma.sync. */
+static int sm90_should_use_mid(int64_t m, int64_t n)
+{
+    return m > 96 || (m > 32 && n > 1024);
+}
+
 extern "C" int fp4_sm90_choose(int64_t m, int64_t n, int64_t k, int num_sms)
 {
-    const int f = fp4_sm90_forced();
-    if (f != FP4_SM90_AUTO) return f;
-    /* prefill: v8 (v5 plus a B prepass: 1.3-1.5x v5 at every prefill shape of
-     * bench/results/2026-12-02-h200-s3-prefill6), else v5, else v2 */
-    int prefill = fp4_sm90_variant_fits(FP4_SM90_V8_PREFILL, m, n, k, num_sms)
-                            ? FP4_SM90_V8_PREFILL
-                        : fp4_sm90_variant_fits(FP4_SM90_V5_PREFILL, m, n, k, num_sms)
-                            ? FP4_SM90_V5_PREFILL
-                            : FP4_SM90_V2_PREFILL;
-    /* from N = 4096, v16 (A dequantized by a prepass too, persistent): its
-     * prepass costs M K bytes that the N columns amortize; session 9
-     * (-s9-dev-call3, same rounds): v16 against v8 1724 / 1781 us at 8192^3,
-     * 860 / 909 at 4096x8192x8192, 823 / 895 at 2048x28672x4096, 234 / 238 at
-     * 4096^3; at N = 2048 v8 is 3-7% faster (181.9 / 173.2 at 4096x2048x6144) */
-    if (prefill == FP4_SM90_V8_PREFILL && n >= 4096 &&
-        fp4_sm90_variant_fits(FP4_SM90_V16_PREFILL, m, n, k, num_sms))
-        prefill = FP4_SM90_V16_PREFILL;
-    if (m >= 2048 && m * n > (int64_t)1024 * 768) return prefill;
-    if ((m > 96 || (m > 32 && n > 1024)) && fp4_sm90_variant_fits(FP4_SM90_V11_MID, m, n, k, num_sms))
-        return FP4_SM90_V11_MID;
-    /* v4-decode, faster than v1 and v3 at every decode shape measured
-     * (commit cb3064c, docs/PERF.md: 16x2048x6144 8.5 us against 11.2 / 13.4,
-     * 64x2048x6144 17.0 against 37.8 / 28.3, 256x2048x6144 46 against 115 /
-     * 74.5) */
-    if (fp4_sm90_variant_fits(FP4_SM90_V4_DECODE, m, n, k, num_sms))
-        return FP4_SM90_V4_DECODE;
-    const int v3_wins = m > 32 || n * k >= ((int64_t)32 << 20);
-    if (m < 512 && v3_wins && fp4_sm90_decode3_fits(m, n, k, num_sms)) return FP4_SM90_V3_DECODE;
-    if (m <= 256) return FP4_SM90_V1_DECODE;
-    return prefill;
+    int order[FP4_SM90_KERNELS];
+    if (sm90_should_use_prefill_wide(m, n)) {
+        const int o[] = {FP4_SM90_PREFILL_WIDE, FP4_SM90_PREFILL, FP4_SM90_MID, FP4_SM90_DECODE};
+        memcpy(order, o, sizeof o);
+    } else if (sm90_should_use_prefill(m, n)) {
+        const int o[] = {FP4_SM90_PREFILL, FP4_SM90_PREFILL_WIDE, FP4_SM90_MID, FP4_SM90_DECODE};
+        memcpy(order, o, sizeof o);
+    } else if (sm90_should_use_mid(m, n)) {
+        const int o[] = {FP4_SM90_MID, FP4_SM90_DECODE, FP4_SM90_PREFILL, FP4_SM90_PREFILL_WIDE};
+        memcpy(order, o, sizeof o);
+    } else {
+        const int o[] = {FP4_SM90_DECODE, FP4_SM90_MID, FP4_SM90_PREFILL, FP4_SM90_PREFILL_WIDE};
+        memcpy(order, o, sizeof o);
+    }
+    /* the first that can run the shape: a slower kernel beats no result */
+    for (int i = 0; i < FP4_SM90_KERNELS; i++)
+        if (fp4_sm90_kernel_fits(order[i], m, n, k, num_sms)) return order[i];
+    return FP4_SM90_AUTO;
 }
 
-extern "C" size_t fp4_sm90_packed_b_codes_size(int variant, int64_t n, int64_t k)
+extern "C" size_t fp4_sm90_packed_b_codes_size(int kernel, int64_t n, int64_t k)
 {
-    const sm90_family *f = sm90_family_of(variant);
-    return f ? f->codes_size(n, k) : 0;
+    const sm90_kernel *kn = sm90_kernel_of(kernel);
+    return kn ? kn->codes_size(n, k) : 0;
 }
 
-extern "C" size_t fp4_sm90_packed_b_scales_size(int variant, int64_t n, int64_t k)
+extern "C" size_t fp4_sm90_packed_b_scales_size(int kernel, int64_t n, int64_t k)
 {
-    const sm90_family *f = sm90_family_of(variant);
-    return f ? f->scales_size(n, k) : 0;
+    const sm90_kernel *kn = sm90_kernel_of(kernel);
+    return kn ? kn->scales_size(n, k) : 0;
 }
 
-extern "C" fp4_status fp4_sm90_pack_b(int variant, const fp4_matrix *b, uint8_t *codes,
+extern "C" fp4_status fp4_sm90_pack_b(int kernel, const fp4_matrix *b, uint8_t *codes,
                                       uint8_t *scales, fp4_err *err)
 {
     if (!b || !b->codes || !b->scales || !codes || !scales)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: NULL argument");
     fp4_status st = fp4_check_dims(b->rows, b->cols, err);
     if (st != FP4_OK) return st;
-    const sm90_family *f = sm90_family_of(variant);
-    if (!f) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown variant %d", variant);
-    f->pack_b(b, codes, scales);
+    const sm90_kernel *kn = sm90_kernel_of(kernel);
+    if (!kn) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 pack: unknown kernel %d", kernel);
+    kn->pack_b(b, codes, scales);
     return FP4_OK;
 }
 
-extern "C" size_t fp4_sm90_workspace_size(int variant, int64_t m, int64_t n, int64_t k)
+extern "C" size_t fp4_sm90_workspace_size(int kernel, int64_t m, int64_t n, int64_t k)
 {
-    const sm90_family *f = sm90_family_of(variant);
-    return f && f->ws_size ? f->ws_size(m, n, k) : 0;
+    const sm90_kernel *kn = sm90_kernel_of(kernel);
+    return kn ? kn->ws_size(m, n, k) : 0;
 }
 
 extern "C" fp4_status fp4_sm90_init(fp4_err *err)
 {
-    for (int i = 0; i < SM90_NFAM; i++) {
-        fp4_status st = sm90_families[i].init(err);
+    for (int i = 0; i < FP4_SM90_KERNELS; i++) {
+        fp4_status st = sm90_kernels[i].init ? sm90_kernels[i].init(err) : FP4_OK;
         if (st != FP4_OK) return st;
+    }
+    return FP4_OK;
+}
+
+/* FP4_OK when the current device is sm_90 and this build holds machine code
+ * for it (the 90a target): elsewhere the wgmma kernels are traps. */
+extern "C" fp4_status fp4_sm90_wgmma_runs_here(const void *kernel, const char *name, fp4_err *err)
+{
+    int dev = 0, maj = 0, min = 0;
+    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
+    if (maj != 9 || min != 0)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 %s: needs sm_90 (wgmma), this GPU is sm_%d%d", name, maj, min);
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it for the launch checks */
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90 %s: not compiled for this GPU (needs the 90a target): %s",
+                        name, cudaGetErrorString(e));
     }
     return FP4_OK;
 }
@@ -238,9 +198,8 @@ extern "C" fp4_status fp4_sm90_init(fp4_err *err)
 extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
 {
     if (!a) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: NULL arguments");
-    const sm90_family *f = sm90_family_of(a->variant);
-    if (!f)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: unknown variant %d", a->variant);
+    const sm90_kernel *kn = sm90_kernel_of(a->kernel);
+    if (!kn) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: unknown kernel %d", a->kernel);
     if (a->m < 1 || a->n < 1 || a->k < 16 || a->k % 16)
         return fp4_fail(err, FP4_ERR_SHAPE, "fp4-sm90: shape %lldx%lldx%lld (want >= 1, K %% 16 == 0)",
                         (long long)a->m, (long long)a->n, (long long)a->k);
@@ -255,12 +214,13 @@ extern "C" fp4_status fp4_sm90_check(const fp4_sm90_gemm_args *a, fp4_err *err)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90: misaligned operand (A codes, scales and B must be 16-byte, "
                         "D 8-byte, the workspace 16-byte aligned)");
-    if (f->splits && a->splits < 0)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: splits = %d", a->splits);
-    if (f->ws_size &&
-        (!a->workspace || a->workspace_bytes < fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k)))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: this variant needs a %zu-byte workspace",
-                        fp4_sm90_workspace_size(a->variant, a->m, a->n, a->k));
+    if (a->splits < 0 || a->tile_n < 0 || a->ctas < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90: negative override (splits %d, tile_n %d, "
+                        "ctas %d)", a->splits, a->tile_n, a->ctas);
+    const size_t ws = fp4_sm90_workspace_size(a->kernel, a->m, a->n, a->k);
+    if (ws && (!a->workspace || a->workspace_bytes < ws))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 %s: needs a %zu-byte workspace",
+                        kn->info.name, ws);
     return FP4_OK;
 }
 
@@ -268,30 +228,27 @@ extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t st
 {
     fp4_status st = fp4_sm90_check(a, err);
     if (st != FP4_OK) return st;
-    return sm90_family_of(a->variant)->launch(a, stream, err);
+    return sm90_kernel_of(a->kernel)->launch(a, stream, err);
 }
 
 /* ---- the backend ----------------------------------------------------------------- */
 
 typedef struct sm90_inst {
     int num_sms;
-    int cluster_fit[FP4_SM90_MAX_CLUSTER + 1]; /* v10-decode's, measured at open */
 } sm90_inst;
 
 typedef struct sm90_copy {
     uint8_t *a_codes, *a_sf; /* [m, k/2], swizzled */
-    uint8_t *b_codes, *b_sf; /* packed for the plan's variant */
+    uint8_t *b_codes, *b_sf; /* packed for the plan's kernel */
     uint16_t *d;             /* [m, n] bf16 */
-    void *ws;                /* v1-decode workspace (zeroed), NULL otherwise */
+    void *ws;                /* the kernel's workspace (zeroed once), NULL if none */
 } sm90_copy;
 
 typedef struct sm90_plan {
     fp4_shape shape;
     float alpha;
-    int variant;
-    int splits; /* 0: automatic */
+    int kernel;
     int num_sms;
-    int cluster_fit[FP4_SM90_MAX_CLUSTER + 1];
     size_t ws_bytes;
     int copies;
     sm90_copy *c; /* [copies] */
@@ -316,8 +273,7 @@ static fp4_status sm90_open(void **inst, fp4_err *err)
         free(s);
         return fp4_fail(err, FP4_ERR_CUDA, "fp4-sm90: cannot read the multiprocessor count");
     }
-    if ((st = fp4_sm90_init(err)) != FP4_OK ||
-        (st = fp4_sm90_decode10_cluster_fit(s->cluster_fit, s->num_sms, err)) != FP4_OK) {
+    if ((st = fp4_sm90_init(err)) != FP4_OK) {
         free(s);
         return st;
     }
@@ -330,13 +286,42 @@ static void sm90_close(void *inst)
     free(inst);
 }
 
-static fp4_status sm90_supports(void *inst, const fp4_shape *s, fp4_err *err)
+/* The kernel for this shape: FP4_SM90_KERNEL's if set, else the rule's;
+ * FP4_ERR_UNSUPPORTED (or FP4_ERR_INVALID_ARG for a bad FP4_SM90_KERNEL) with
+ * the reason when none can run it. */
+static fp4_status sm90_pick(const sm90_inst *inst, const fp4_shape *s, int *kernel, fp4_err *err)
 {
     if (s->m > INT_MAX / 2 || s->n > INT_MAX / 2 || s->k > INT_MAX / 2)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "fp4-sm90: %lldx%lldx%lld has a size over 2^30 (int indices)",
                         (long long)s->m, (long long)s->n, (long long)s->k);
+    const int forced = fp4_sm90_forced();
+    if (forced < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "FP4_SM90_KERNEL=%s names no kernel (decode, mid, prefill, prefill-wide, auto)",
+                        getenv("FP4_SM90_KERNEL"));
+    if (forced != FP4_SM90_AUTO) {
+        if (!fp4_sm90_kernel_fits(forced, s->m, s->n, s->k, inst->num_sms))
+            return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                            "fp4-sm90 %s (forced by FP4_SM90_KERNEL): cannot run %lldx%lldx%lld "
+                            "(grid or index limits)",
+                            fp4_sm90_kernel_by_id(forced)->name, (long long)s->m, (long long)s->n,
+                            (long long)s->k);
+        *kernel = forced;
+        return FP4_OK;
+    }
+    *kernel = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
+    if (*kernel == FP4_SM90_AUTO)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "fp4-sm90: no kernel can run %lldx%lldx%lld (grid or index limits)",
+                        (long long)s->m, (long long)s->n, (long long)s->k);
     return FP4_OK;
+}
+
+static fp4_status sm90_supports(void *inst, const fp4_shape *s, fp4_err *err)
+{
+    int kernel = 0;
+    return sm90_pick((const sm90_inst *)inst, s, &kernel, err);
 }
 
 static void sm90_release(void *plan)
@@ -357,7 +342,7 @@ static void sm90_release(void *plan)
     free(p);
 }
 
-/* Packs B for the chosen variant and swizzles A's scales on the host once,
+/* Packs B for the chosen kernel and swizzles A's scales on the host once,
  * then uploads `copies` sets. On failure nothing stays allocated. */
 static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copies, void **plan,
                                fp4_err *err)
@@ -366,25 +351,17 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     *plan = NULL;
     fp4_status st = fp4_gpu_check_problem(pr, copies, err);
     if (st != FP4_OK) return st;
-    if ((st = sm90_supports(inst, &pr->shape, err)) != FP4_OK) return st;
-
     const fp4_shape *s = &pr->shape;
-    const int variant = fp4_sm90_choose(s->m, s->n, s->k, inst->num_sms);
-    if (!fp4_sm90_variant_fits(variant, s->m, s->n, s->k, inst->num_sms))
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
-                        "fp4-sm90 %s: cannot run %lldx%lldx%lld (shared-memory slice or grid "
-                        "too large); force another variant",
-                        fp4_sm90_variant_by_id(variant)->name, (long long)s->m, (long long)s->n,
-                        (long long)s->k);
+    int kernel = 0;
+    if ((st = sm90_pick(inst, s, &kernel, err)) != FP4_OK) return st;
     const size_t a_codes = (size_t)s->m * (size_t)(s->k / 2);
     const size_t a_sf = fp4_swizzled_size(s->m, s->k);
-    const size_t b_codes = fp4_sm90_packed_b_codes_size(variant, s->n, s->k);
-    const size_t b_sf = fp4_sm90_packed_b_scales_size(variant, s->n, s->k);
-    const size_t ws = fp4_sm90_workspace_size(variant, s->m, s->n, s->k);
+    const size_t b_codes = fp4_sm90_packed_b_codes_size(kernel, s->n, s->k);
+    const size_t b_sf = fp4_sm90_packed_b_scales_size(kernel, s->n, s->k);
+    const size_t ws = fp4_sm90_workspace_size(kernel, s->m, s->n, s->k);
     size_t d_bytes;
     uint8_t *h_asf = NULL, *h_bq = NULL, *h_bs = NULL;
     sm90_plan *p = NULL;
-    const char *env = getenv("FP4_SM90_SPLITK");
 
     if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "fp4-sm90: D overflows size_t");
@@ -400,15 +377,12 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
         goto out;
     }
     if ((st = fp4_swizzle_scales(pr->a->scales, s->m, s->k, h_asf, err)) != FP4_OK) goto out;
-    if ((st = fp4_sm90_pack_b(variant, pr->b, h_bq, h_bs, err)) != FP4_OK) goto out;
+    if ((st = fp4_sm90_pack_b(kernel, pr->b, h_bq, h_bs, err)) != FP4_OK) goto out;
 
     p->shape = *s;
     p->alpha = pr->alpha;
-    p->variant = variant;
-    p->splits = env ? atoi(env) : 0;
-    if (p->splits < 0) p->splits = 0;
+    p->kernel = kernel;
     p->num_sms = inst->num_sms;
-    memcpy(p->cluster_fit, inst->cluster_fit, sizeof p->cluster_fit);
     p->ws_bytes = ws;
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
@@ -453,7 +427,7 @@ static fp4_status sm90_run(void *plan, int copy, void *stream, fp4_err *err)
     const sm90_copy *c = &p->c[copy];
     fp4_sm90_gemm_args a;
     memset(&a, 0, sizeof a);
-    a.variant = p->variant;
+    a.kernel = p->kernel;
     a.m = p->shape.m;
     a.n = p->shape.n;
     a.k = p->shape.k;
@@ -466,8 +440,6 @@ static fp4_status sm90_run(void *plan, int copy, void *stream, fp4_err *err)
     a.workspace = c->ws;
     a.workspace_bytes = p->ws_bytes;
     a.num_sms = p->num_sms;
-    a.cluster_fit = p->cluster_fit;
-    a.splits = p->splits;
     return fp4_sm90_gemm(&a, (cudaStream_t)stream, err);
 }
 
@@ -493,8 +465,8 @@ extern "C" fp4_status fp4_sm90_plan_a(void *plan, int copy, uint8_t **codes, uin
 static const char *sm90_variant_name(void *plan)
 {
     const sm90_plan *p = (const sm90_plan *)plan;
-    const fp4_sm90_variant *v = p ? fp4_sm90_variant_by_id(p->variant) : NULL;
-    return v ? v->name : "unknown";
+    const fp4_sm90_kernel_info *k = p ? fp4_sm90_kernel_by_id(p->kernel) : NULL;
+    return k ? k->name : "unknown";
 }
 
 /* Positional: C++17 has no designated initializers. One comment per field. */
@@ -511,9 +483,9 @@ extern "C" const fp4_backend_ops fp4_backend_fp4_sm90 = {
     sm90_supports,    /* supports */
     sm90_prepare,     /* prepare: pack B, swizzle A scales, upload copies */
     sm90_poison,      /* poison */
-    sm90_run,         /* run: one kernel launch */
+    sm90_run,         /* run: the kernel's launches (prepasses included) */
     sm90_read_output, /* read_output */
     sm90_release,     /* release */
     NULL,             /* bytes_moved: fp4_gemm_min_bytes */
-    sm90_variant_name, /* variant: "v1-decode" / "v2-prefill" */
+    sm90_variant_name, /* variant: the kernel that runs ("decode", "mid", ...) */
 };

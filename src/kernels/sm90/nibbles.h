@@ -1,7 +1,7 @@
 /* E2M1 nibbles -> fp16 bit patterns, the innermost step of every fp4-sm90
- * kernel's dequantization, written once for host and device so that a CPU
- * test (tests/test_sm90_host.c) checks the fast form against the plain one
- * and against the format's decode.
+ * kernel's dequantization, and the k permutation of the token prepass, written
+ * once for host and device so that a CPU test (tests/test_sm90_host.c) checks
+ * the fast forms against the plain ones and against the format's decode.
  *
  * A nibble s e1 e0 m becomes the fp16 pattern s 0 0 0 e1 e0 m 0...0 (sign at
  * bit 15, e1 e0 m at bits 11..9): the e2m1 value times 2^-14, exact (e = 0,
@@ -70,5 +70,26 @@ FP4_NIB_FN void fp4_nib_pairs4(uint32_t x, uint32_t o[4])
     o[3] = fp4_nib_rotr(odd, 3) & FP4_NIB_FP16_MASK;   /* nibbles 3, 7: 12..14 -> 9..11,
                                                           nibble 7's sign from bit 2 to 31 */
 }
+
+
+/* The k permutation of the swizzled fp16 tiles (the prepasses of prefill.cu
+ * and mid.cu) as one word operation. Chunk c (0..7) of a row's k-step of 64
+ * holds positions 8c..8c+7, and position 8c + 2r + h is k = 16r + 8(c & 1) +
+ * (c >> 1) + 4h of the step, in k-block r. blk[r] is k-block r of the row as
+ * one little-endian 64-bit word (16 nibbles, k-block offset o at bits
+ * 4o..4o+3). The result holds the nibble of position (r, h) at bits
+ * 4(r + 4h)..4(r + 4h) + 3 (the code word wg_b_word converts). */
+FP4_NIB_FN uint32_t fp4_tokperm_word(const uint64_t blk[4], int c)
+{
+    const int o0 = 8 * (c & 1) + (c >> 1); /* k-block offset of h = 0; h = 1 is o0 + 4 */
+    uint32_t w = 0;
+    for (int r = 0; r < 4; r++) {
+        const uint64_t x = blk[r] >> (4 * o0);
+        w |= ((uint32_t)x & 0xFu) << (4 * r);              /* h = 0 */
+        w |= ((uint32_t)(x >> 16) & 0xFu) << (4 * (r + 4)); /* h = 1: offset o0 + 4 */
+    }
+    return w;
+}
+
 
 #endif

@@ -1,45 +1,28 @@
-/* fp4-sm90 "v4-decode": NVFP4 x NVFP4 -> bf16 GEMM for small M on Hopper.
+/* fp4-sm90 "decode": NVFP4 x NVFP4 -> bf16 GEMM for small M on Hopper
+ * (kernel fp4_sm90_decode_kernel).
  *
- * Why a fourth kernel. Nsight Compute on the H200 (bench/profile-decode.sh,
- * 16x2048x6144) showed v1 and v3 issue-bound, not memory-bound: v3 executes
- * about 24 K warp instructions per SM at 16 tokens (53 K at 64) with 3.5 warps
- * per scheduler and 9 cycles between a warp's instructions; its clusters of 8
- * fit only 30 at a time (32 needed: a second wave); DRAM throughput 10%.
- * Most of the extra instructions are the per-block token staging (index
- * arithmetic, a float or bit path per element, a barrier) and the reduction
- * through shared memory and DSMEM. v4 removes the staging and the clusters:
- *
- * - Swap AB as in v1/v3 (weights on the 16-row side of mma.sync m16n8k16,
- *   tokens on the 8-wide side), fp16 products (exact, fp4_sm90.h), fp32 sums.
+ * - Swap AB: the weights are the 16-row side of mma.sync m16n8k16, the tokens
+ *   the 8-wide side; fp16 products (exact, fp4_sm90.h), fp32 sums.
  * - k permutation chosen for contiguity: in a k-step of 64, lane (g, t) owns
  *   k-block 4*ks + t (16 consecutive k, ONE scale) of weight rows g and g+8
  *   and of token g. Its 16 values of a row are two 32-bit words w0 (k 0..7),
- *   w1 (k 8..15); dq_nib2(w, r) yields the pair (k r, k r+4). MMA j of the
+ *   w1 (k 8..15); fp4_nib_pairs4 yields the pairs (k r, k r+4). MMA j of the
  *   k-step takes pairs r = 2(j&1), 2(j&1)+1 of word j>>1, for both operands
  *   (a0/a2: row g, a1/a3: row g+8; b0/b1: token g). So a lane's token
  *   fragment is ONE 8-byte load of A's codes plus one scale byte, straight
  *   from the activation layout: no shared-memory staging.
- * - Packed weights (fp4_sm90_decode4_pack_b): [tile of 16 rows][k-step][lane]
+ * - Packed weights (fp4_sm90_decode_pack_b): [tile of 16 rows][k-step][lane]
  *   16 bytes (row g's 8 bytes, then row g+8's), [tile][k-step][lane] 2 scale
  *   bytes (row g, row g+8). One 512-byte coalesced load per tile and k-step.
  * - A warp covers RT tiles (16*RT rows: the token conversion is shared by
- *   them) and a contiguous K range of a block's split; loads run D k-steps
+ *   them) and a contiguous K range of a block's split; loads run one k-step
  *   ahead in a register ring. 8 warps a block split the block's K range;
  *   grid = row blocks x K splits x token chunks, sized for about two blocks
- *   per SM (one from 32 row blocks up, measured).
+ *   per SM (one from 32 row blocks up).
  * - Reduction: warps through shared memory (one barrier); K splits with
  *   red.global.add.v4.f32 into an fp32 workspace and a per-tile arrival
  *   counter: the last block writes bf16 D and re-zeroes its workspace tile
  *   and counter (graph-replayable, one launch). One split writes D directly.
- *
- * Instruction budget per warp and k-step (RT = 4, 16 tokens): weights 4 x 16
- * (dq_nib2 + hmul2) ~ 350, tokens 2 x 8 (dq + hmul2) ~ 90, 32 MMAs, ~12 loads:
- * ~490 for 2 KB of codes, about 11.5 K instructions per SM at 16x2048x6144
- * (v3: 24 K).
- * Prediction (H200): 16x2048x6144: ~4.5 us (3.3 us read floor + the issue
- * time not hidden); 16x768x6144 ~3 us; 16x8192x8192 ~12 us;
- * 16x28672x4096 ~19 us; at 64 tokens the token conversion is repeated per
- * warp and grows 4x: ~8-10 us at 64x2048x6144.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,22 +31,192 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/gpu_common.h"
+#include "core/cuda_check.h"
 #include "fp4/format.h"
-#include "kernels/fp4_sm90.h"
-#include "kernels/fp4_sm90_device.cuh"
+#include "kernels/sm90/device.cuh"
+#include "kernels/sm90/fp4_sm90.h"
 
 #define D4_WARPS 8
 #define D4_THREADS (32 * D4_WARPS)
 #define D4_NPAD 64 /* packed rows are padded to a multiple of 64 (RT <= 4) */
-/* Development only (bench/decode-ablate.sh): 1 skips the dequantization and
- * the MMAs (the loaded words are folded into the sums), 2 skips the reduction
- * (warps, K splits, D), 3 both: wrong results, for timing where the time goes. */
-#ifndef D4_DEV_ABLATE
-#define D4_DEV_ABLATE 0
-#endif
 #define D4_DEPTH 1 /* k-steps of loads in flight per warp besides the one in use (RT=4:
                      * 2 x 64 B a lane, ~70 KB a SM at 16 warps) */
+
+/* ---- device helpers of the k-permuted layout ---------------------------------------- */
+
+static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint32_t a1,
+                                                     uint32_t a2, uint32_t a3, uint32_t b0,
+                                                     uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* 16-byte streaming load: read once, keep it out of L1. */
+static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
+{
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+/* byte b of x in bits 0..7 and 16..23, as sf2_to_h2 wants after its shift */
+static __device__ __forceinline__ uint32_t sf_pair(uint32_t x, int b)
+{
+    return sf2_to_h2(__byte_perm(x, 0, b == 0 ? 0x4040 : 0x4141) << 7);
+}
+
+static __device__ __forceinline__ void red_add4(float *p, float4 v)
+{
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+
+/* The k-permuted layout: in a k-step
+ * of 64, lane (g, t) holds k-block 4 ks + t of weight rows g and g + 8 (16
+ * code bytes w: row g in w.x, w.y, row g + 8 in w.z, w.w) and of token g (one
+ * 8-byte code word q). kperm_a_frag: the A registers of MMA j (0..3) of the
+ * k-step, sg / sg8 the scale pairs of rows g and g + 8 (sf_pair). */
+static __device__ __forceinline__ void kperm_a_frag(const uint32_t (&pg)[2][4],
+                                                    const uint32_t (&p8)[2][4], uint32_t sg,
+                                                    uint32_t sg8, int j, uint32_t a[4])
+{
+    const int r0 = 2 * (j & 1), h = j >> 1;
+    a[0] = hmul2_u32(pg[h][r0], sg);
+    a[1] = hmul2_u32(p8[h][r0], sg8);
+    a[2] = hmul2_u32(pg[h][r0 + 1], sg);
+    a[3] = hmul2_u32(p8[h][r0 + 1], sg8);
+}
+
+/* the nibble pairs of a lane's 16 weight code bytes (fp4_nib_pairs4): pg[0]
+ * from w.x, pg[1] w.y (row g), p8 from w.z, w.w (row g + 8) */
+static __device__ __forceinline__ void kperm_pairs(const uint4 &w, uint32_t (&pg)[2][4],
+                                                   uint32_t (&p8)[2][4])
+{
+    fp4_nib_pairs4(w.x, pg[0]);
+    fp4_nib_pairs4(w.y, pg[1]);
+    fp4_nib_pairs4(w.z, p8[0]);
+    fp4_nib_pairs4(w.w, p8[1]);
+}
+
+/* A token's 8 B-fragment words of one k-step (same layout): b[r] = nibbles
+ * (r, r + 4) of q.x, b[4 + r] those of q.y, times the scale pair sc; MMA j
+ * takes b[4 (j >> 1) + 2 (j & 1)] and the next. */
+static __device__ __forceinline__ void kperm_b_frag(const uint2 &q, uint32_t sc, uint32_t b[8])
+{
+    uint32_t px[4], py[4];
+    fp4_nib_pairs4(q.x, px);
+    fp4_nib_pairs4(q.y, py);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        b[r] = hmul2_u32(px[r], sc);
+        b[4 + r] = hmul2_u32(py[r], sc);
+    }
+}
+
+/* One k-step of the k-permuted layout for RT weight tiles and NT token
+ * tiles of a lane: w / ws its weight words and scale pairs (RT), q / qs its
+ * token words and scale bytes (NT); acc[i][n] the m16n8 sums of tile i x
+ * token tile n. The token fragments are converted once for all RT tiles. */
+template <int RT, int NT>
+static __device__ __forceinline__ void kperm_kstep_mma(const uint4 *w, const uint32_t *ws,
+                                                       const uint2 *q, const uint32_t *qs,
+                                                       float (*acc)[NT][4])
+{
+    uint32_t bt[NT][8];
+#pragma unroll
+    for (int n = 0; n < NT; n++) kperm_b_frag(q[n], sf_pair(qs[n], 0), bt[n]);
+#pragma unroll
+    for (int i = 0; i < RT; i++) {
+        const uint32_t sg = sf_pair(ws[i], 0), sg8 = sf_pair(ws[i], 1);
+        uint32_t pg[2][4], p8[2][4];
+        kperm_pairs(w[i], pg, p8);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t a[4];
+            kperm_a_frag(pg, p8, sg, sg8, j, a);
+            const int b0 = 4 * (j >> 1) + 2 * (j & 1);
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                mma_f16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
+        }
+    }
+}
+
+/* A warp's sums acc[RT][NT] -> its tile mine[token][row] (row stride rs) in
+ * shared memory, for the block's reduction over warps. */
+template <int RT, int NT>
+static __device__ __forceinline__ void kperm_acc_to_smem(const float (*acc)[NT][4], float *mine,
+                                                         int rs, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < RT; i++)
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const int row = 16 * i + g, tok = 8 * n + 2 * t;
+            mine[tok * rs + row] = acc[i][n][0];
+            mine[(tok + 1) * rs + row] = acc[i][n][1];
+            mine[tok * rs + row + 8] = acc[i][n][2];
+            mine[(tok + 1) * rs + row + 8] = acc[i][n][3];
+        }
+}
+
+/* Sum of the float4 at offset off of nw consecutive warp tiles of `stride` floats. */
+static __device__ __forceinline__ float4 sum_warp_tiles4(const float *red, int nw, int stride,
+                                                         int off)
+{
+    float4 v = *(const float4 *)(red + off);
+    for (int w = 1; w < nw; w++) {
+        const float4 x = *(const float4 *)(red + (size_t)w * stride + off);
+        v.x += x.x;
+        v.y += x.y;
+        v.z += x.z;
+        v.w += x.w;
+    }
+    return v;
+}
+
+/* Split K across blocks, after every block added its fp32 partial tile
+ * [TOK tokens][ROWS rows] into ws [m][Np] with red_add4: the last block of the
+ * tile to arrive (arrival counter *cnt) writes bf16 D and re-zeroes its
+ * workspace tile and the counter, so the launch is graph-replayable with no
+ * memset. Every thread of the block calls it; s_last is a __shared__ int. */
+static __device__ __forceinline__ void splitk_last_block(float *ws, unsigned *cnt,
+                                                         __nv_bfloat16 *d, int S, int m0, int n0,
+                                                         int TOK, int ROWS, int M, int N, int Np,
+                                                         float alpha, int *s_last)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *s_last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
+    __syncthreads();
+    if (!*s_last) return;
+    __threadfence();
+    const int C4 = ROWS / 4, E4 = TOK * C4;
+    for (int e = threadIdx.x; e < E4; e += blockDim.x) {
+        const int tok = e / C4, c4 = (e - tok * C4) * 4;
+        const int m = m0 + tok, n = n0 + c4;
+        float4 *wp = (float4 *)(ws + (size_t)m * Np + n);
+        const float4 v = __ldcg(wp);
+        __stcg(wp, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha, (N & 3) == 0);
+    }
+    if (threadIdx.x == 0) *cnt = 0u;
+}
+
 
 /* One k-step's operands of one lane: RT weight tiles, their scales, NT token
  * fragments and their scales. */
@@ -80,12 +233,12 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
                                                const uint16_t *bs, const uint8_t *aq,
                                                const uint8_t *asf, int ks, int KS, int tile0,
                                                int lane, const int *mrow, int KB, int Kbp,
-                                               size_t arow_bytes, uint64_t wpol)
+                                               size_t arow_bytes)
 {
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         const size_t u = ((size_t)(tile0 + i) * KS + ks) * 32 + lane;
-        s.w[i] = ldg_stream16_hint(bq + u, wpol); /* the weights: L2 evict-first */
+        s.w[i] = ldg_stream16(bq + u);
         s.ws[i] = ldg_stream2(bs + u);
     }
     const int kb = ks * 4 + (lane & 3);
@@ -103,16 +256,6 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
 template <int RT, int NT>
 static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (*acc)[NT][4])
 {
-    if (D4_DEV_ABLATE & 1) {
-#pragma unroll
-        for (int i = 0; i < RT; i++)
-            acc[i][0][0] += __uint_as_float((s.w[i].x ^ s.w[i].y ^ s.w[i].z ^ s.w[i].w ^ s.ws[i]) &
-                                            0x007FFFFFu);
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-            acc[0][n][1] += __uint_as_float((s.q[n].x ^ s.q[n].y ^ s.qs[n]) & 0x007FFFFFu);
-        return;
-    }
     kperm_kstep_mma<RT, NT>(s.w, s.ws, s.q, s.qs, acc);
 }
 
@@ -121,7 +264,7 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
  * counters [row blocks * zc] (S > 1 only); kper k-steps per split. */
 template <int RT, int NT>
 __global__ void __launch_bounds__(D4_THREADS, 2)
-fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs,
+fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs,
                    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                    __nv_bfloat16 *__restrict__ d, float *__restrict__ ws,
                    unsigned *__restrict__ counters, int M, int N, int K, int KS, int kper, int Np,
@@ -158,12 +301,10 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
 
     /* register ring: D4_DEPTH + 1 slots, loads issued D4_DEPTH steps ahead */
     d4_slot<RT, NT> slot[D4_DEPTH + 1];
-    const uint64_t wpol = l2_evict_first_policy();
 #pragma unroll
     for (int u = 0; u < D4_DEPTH; u++)
         if (w0 + u < w1)
-            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow,
-                            wpol);
+            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow);
     for (int s = w0; s < w1; s += D4_DEPTH + 1) {
 #pragma unroll
         for (int u = 0; u <= D4_DEPTH; u++) {
@@ -172,21 +313,12 @@ fp4_sm90_decode_v4(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs
                 const int nx = ks + D4_DEPTH;
                 if (nx < w1)
                     d4_load<RT, NT>(slot[(u + D4_DEPTH) % (D4_DEPTH + 1)], bq, bs, aq, asf, nx, KS,
-                                    tile0, lane, mrow, KB, Kbp, arow, wpol);
+                                    tile0, lane, mrow, KB, Kbp, arow);
                 d4_math<RT, NT>(slot[u], acc);
             }
         }
     }
 
-    if (D4_DEV_ABLATE & 2) { /* keep the sums alive, write nothing */
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < RT; i++)
-#pragma unroll
-            for (int n = 0; n < NT; n++) sum += acc[i][n][0] + acc[i][n][1] + acc[i][n][2] + acc[i][n][3];
-        if (sum == -1234.5f) d[0] = __float2bfloat16_rn(sum);
-        return;
-    }
     /* warps -> shared memory: red[warp][tok][row] */
     kperm_acc_to_smem<RT, NT>(acc, red + (size_t)warp * TOK * RS, RS, lane);
     __syncthreads();
@@ -241,12 +373,8 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
     c->zc = (int)((m + 8 * c->nt - 1) / (8 * c->nt));
     c->rbs = (int)(Np / (16 * c->rt));
     /* k-steps per warp from the total, for about two blocks of 8 warps per
-     * SM, or one when there are 32 row blocks or more: their split sweep on
-     * the H200 (bench/results/2026-12-02-h200-s4-dev/call1/splitk-v4-decode.txt)
-     * has 16x2048x6144 at 7.68 us with 4 splits against 8.45 with the 6 of
-     * two blocks, 64x2048x6144 16.2 with 1 against 17.0 with 2, 16x8192x8192
-     * 18.3 with 1 against 19.8 with 2; at N = 768 (12 and 24 row blocks) two
-     * blocks stay best (16x768: 6.21 us, 64x768: 10.85) */
+     * SM, or one when there are 32 row blocks or more (measured on the H200:
+     * one block wins from 32 row blocks, two below; docs/PERF.md) */
     const int64_t units = (int64_t)c->rbs * c->zc * KS;
     const int64_t warps = (int64_t)sms * (c->rbs >= 32 ? 1 : 2) * D4_WARPS;
     int64_t kpw = (units + warps - 1) / warps;
@@ -261,8 +389,8 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
 
 static d4_kernel_fn d4_kernel(int rt, int nt)
 {
-    if (rt == 4) return nt == 1 ? fp4_sm90_decode_v4<4, 1> : fp4_sm90_decode_v4<4, 2>;
-    return fp4_sm90_decode_v4<2, 4>;
+    if (rt == 4) return nt == 1 ? fp4_sm90_decode_kernel<4, 1> : fp4_sm90_decode_kernel<4, 2>;
+    return fp4_sm90_decode_kernel<2, 4>;
 }
 
 static size_t d4_counters_bytes(int64_t m, int64_t n)
@@ -274,18 +402,18 @@ static size_t d4_counters_bytes(int64_t m, int64_t n)
 
 extern "C" {
 
-size_t fp4_sm90_decode4_codes_size(int64_t n, int64_t k)
+size_t fp4_sm90_decode_codes_size(int64_t n, int64_t k)
 {
     return (size_t)d4_np(n) * (size_t)d4_ks(k) * 32; /* 16 rows x 64 k = 512 bytes a unit */
 }
 
-size_t fp4_sm90_decode4_scales_size(int64_t n, int64_t k)
+size_t fp4_sm90_decode_scales_size(int64_t n, int64_t k)
 {
     return (size_t)(d4_np(n) / 16) * (size_t)d4_ks(k) * 32 * 2;
 }
 
 /* fp32 partial sums [zc * 8 * NT][Np] after the arrival counters. */
-size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k)
+size_t fp4_sm90_decode_ws_size(int64_t m, int64_t n, int64_t k)
 {
     (void)k; /* the partial sums do not depend on K */
     int rt, nt;
@@ -298,12 +426,12 @@ size_t fp4_sm90_decode4_ws_size(int64_t m, int64_t n, int64_t k)
  * [32 ks + 8 t, +8) of row 16 tile + g, then the same of row + 8.
  * scales: unit (tile, ks) = 32 lanes x 2 bytes: sf(row g, 4 ks + t),
  * sf(row g + 8, 4 ks + t). Rows >= N and k >= K are zero. */
-void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
+void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales)
 {
     const int64_t N = b->rows, K = b->cols, KS = d4_ks(K), KB = K / 16;
     const int64_t tiles = d4_np(N) / 16, rowb = K / 2;
-    memset(codes, 0, fp4_sm90_decode4_codes_size(N, K));
-    memset(scales, 0, fp4_sm90_decode4_scales_size(N, K));
+    memset(codes, 0, fp4_sm90_decode_codes_size(N, K));
+    memset(scales, 0, fp4_sm90_decode_scales_size(N, K));
     for (int64_t tile = 0; tile < tiles; tile++)
         for (int64_t ks = 0; ks < KS; ks++)
             for (int lane = 0; lane < 32; lane++) {
@@ -320,27 +448,29 @@ void fp4_sm90_decode4_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scale
             }
 }
 
-int fp4_sm90_decode4_fits(int64_t m, int64_t n, int64_t k, int num_sms)
+int fp4_sm90_decode_fits(int64_t m, int64_t n, int64_t k, int num_sms)
 {
+    if (m < 1 || n < 1 || k < 16 || k % 16 != 0) return 0;
+    if (k / 2 > INT32_MAX / 2 || n > INT32_MAX - D4_NPAD || m > INT32_MAX) return 0; /* int indices */
     d4_cfg c;
     d4_plan(m, n, k, num_sms, 0, &c);
     return c.zc <= 65535 && c.S <= 65535 && c.rbs <= 0x7fffffff;
 }
 
-fp4_status fp4_sm90_decode4_init(fp4_err *err)
+fp4_status fp4_sm90_decode_init(fp4_err *err)
 {
     (void)err; /* shared memory stays under the 48 KB default (d4_plan) */
     return FP4_OK;
 }
 
-fp4_status fp4_sm90_decode4_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
+fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stream, fp4_err *err)
 {
     d4_cfg c;
     d4_plan(a->m, a->n, a->k, a->num_sms, a->splits, &c);
     if (c.zc > 65535 || c.S > 65535)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 v4-decode: grid too large");
-    if (c.S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode4_ws_size(a->m, a->n, a->k)))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 v4-decode: workspace missing or too small");
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 decode: grid too large");
+    if (c.S > 1 && (!a->workspace || a->workspace_bytes < fp4_sm90_decode_ws_size(a->m, a->n, a->k)))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 decode: workspace missing or too small");
     unsigned *counters = (unsigned *)a->workspace;
     float *ws = a->workspace ? (float *)((char *)a->workspace + d4_counters_bytes(a->m, a->n)) : NULL;
     dim3 grid((unsigned)c.rbs, (unsigned)c.S, (unsigned)c.zc);

@@ -1,20 +1,18 @@
-/* Device helpers shared by the wgmma kernels (v5-prefill in
- * fp4_sm90_prefill5.cu, v8-prefill, v9-mid and v11-mid in fp4_sm90_prefill8.cu,
- * v12 and v13 in fp4_sm90_prefill12.cu; the
- * cp.async and bulk-copy helpers also by v2, v7 and v10): cp.async, the
- * wgmma fences / commit / wait, the 128-byte-swizzle shared-memory descriptor,
- * the m64nNk16 f16 wgmma with A from registers, the loads of A's raw tile, A's
- * register fragment and the dequantization of B's packed code words into the
- * fp16 rows of a swizzled B tile, the split-K slices epilogue. Include from
- * .cu files only.
+/* Device helpers of the wgmma kernels (prefill.cu, mid.cu, prefill_wide.cu):
+ * bulk copies completing on mbarriers, cp.async, the wgmma fences / commit /
+ * wait, the 128-byte-swizzle shared-memory descriptor, the m64nNk16 f16
+ * wgmmas (A from registers or shared memory), the loads of A's raw tile and
+ * its register fragment, the dequantization of B's packed code words into
+ * the fp16 rows of a swizzled tile, and the epilogues. Include from .cu files
+ * only.
  *
- * Both kernels work on 128 (m) x BN (n) x 64 (k) CTA tiles with 256 threads
- * (two warpgroups of 64 rows). The 64 k of a step are permuted the same way for
- * A and B (see fp4_sm90_prefill5.cu): wgmma slice j (k16), slot 2t+e holds
+ * The kernels work on 128 (m) x BN (n) x 64 (k) CTA tiles, two consumer
+ * warpgroups of 64 rows. The 64 k of a step are permuted the same way for A
+ * and B (a dot product does not care): wgmma slice j (k16), slot 2t+e holds
  * k = 16t + j + 4e and slot 8+2t+e holds k = 16t + 8 + j + 4e, so a lane's A
- * fragment is one 8-byte load of one k-block with one scale, and packed B code
- * word c of a row dequantizes to the 8 consecutive fp16 of positions 8c..8c+7
- * (nibble r of the word with the scale of k-block r). */
+ * fragment is one 8-byte load of one k-block with one scale, and packed B
+ * code word c of a row dequantizes to the 8 consecutive fp16 of positions
+ * 8c..8c+7 (nibble r of the word with the scale of k-block r). */
 #ifndef FP4_SM90_WGMMA_CUH
 #define FP4_SM90_WGMMA_CUH
 
@@ -22,7 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "kernels/fp4_sm90_device.cuh"
+#include "kernels/sm90/device.cuh"
 
 #define WG_BM 128     /* CTA rows (two warpgroups of 64) */
 #define WG_BK 64      /* k per step */
@@ -34,7 +32,7 @@
 #define FP4_SM90_HAVE_WGMMA 1
 #endif
 
-/* ---- bulk copies completing on an mbarrier (any sm_90+ target: v10 too) ----------- */
+/* ---- bulk copies completing on an mbarrier (any sm_90+ target) --------------------- */
 
 static __device__ __forceinline__ void wg_mbar_init(uint32_t bar, int count)
 {
@@ -59,15 +57,6 @@ static __device__ __forceinline__ void wg_bulk_g2s(uint32_t dst, const void *src
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
-/* the same with an L2 cache policy (createpolicy), e.g. evict-first for a stream read once */
-static __device__ __forceinline__ void wg_bulk_g2s_hint(uint32_t dst, const void *src, uint32_t bytes,
-                                                        uint32_t bar, uint64_t policy)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-                 : "memory");
-}
 /* arrive once (no transaction bytes) */
 static __device__ __forceinline__ void wg_mbar_arrive(uint32_t bar)
 {
@@ -90,7 +79,7 @@ static __device__ __forceinline__ void wg_fence_async_smem(void)
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* ---- cp.async (any sm_80+ target: v2 too) ------------------------------------------ */
+/* ---- cp.async (any sm_80+ target) ------------------------------------------------ */
 
 /* 16 bytes global -> shared, L2 only; src_bytes < 16 zero-fills the rest */
 static __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int src_bytes)
@@ -249,8 +238,7 @@ static __device__ __forceinline__ void wg_mma_step(float *acc, const uint32_t *a
 }
 
 /* d (64 x N per warpgroup, fp32) += A (shared, fp16) x B (shared, fp16): both
- * operands by descriptor (v14, v15: A dequantized into shared memory by the
- * producer warpgroup); scale_d = 0 overwrites d */
+ * operands by descriptor; scale_d = 0 overwrites d */
 static __device__ __forceinline__ void wg_mma_ss_n256(float *d, uint64_t desc_a, uint64_t desc_b,
                                                       int scale_d)
 {
@@ -305,21 +293,6 @@ static __device__ __forceinline__ void wg_mma_ss_n128(float *d, uint64_t desc_a,
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-static __device__ __forceinline__ void wg_mma_ss_n64(float *d, uint64_t desc_a, uint64_t desc_b,
-                                                      int scale_d)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
 /* The 4 wgmmas of one k-step with both operands in shared memory: A's 64 x 64
  * tile at atile, B's BN x 64 at btile (both rows of 128 bytes, swizzled). */
 template <int BN>
@@ -332,10 +305,8 @@ static __device__ __forceinline__ void wg_mma_ss_step(float *acc, uint32_t atile
         const int sd = (first && j == 0) ? 0 : 1;
         if (BN == 256)
             wg_mma_ss_n256(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
-        else if (BN == 128)
-            wg_mma_ss_n128(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
         else
-            wg_mma_ss_n64(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
+            wg_mma_ss_n128(acc, da + (uint64_t)(2 * j), db + (uint64_t)(2 * j), sd);
     }
 }
 
@@ -343,10 +314,9 @@ static __device__ __forceinline__ void wg_mma_ss_step(float *acc, uint32_t atile
 
 /* Issue the cp.asyncs of A's step ls: 128 rows x 32 code bytes into a_dst
  * (row r at r * 32) and the 512-byte swizzled scale tile (m-tile mt_blk,
- * k-step ls) into asf_dst, shared by NTHR threads (tid < NTHR: 256, the CTA
- * of v5 / v8; 32, v12's producer warp). Rows past M and bytes past K read
- * nothing and are zero-filled. a16: row length (K/2) is a multiple of 16. */
-template <int NTHR>
+ * k-step ls) into asf_dst, shared by the CTA's 256 threads. Rows past M and
+ * bytes past K read nothing and are zero-filled. a16: row length (K/2) is a
+ * multiple of 16. */
 static __device__ __forceinline__ void wg_load_a(uint32_t a_dst, uint32_t asf_dst,
                                                  const uint8_t *__restrict__ aq,
                                                  const uint8_t *__restrict__ asf, int M, int arow,
@@ -356,16 +326,16 @@ static __device__ __forceinline__ void wg_load_a(uint32_t a_dst, uint32_t asf_ds
     const int kbyte = ls * WG_ROWB;
     if (a16) {
 #pragma unroll
-        for (int i = 0; i < 256 / NTHR; i++) { /* 256 chunks of 16 bytes */
-            const int idx = tid + i * NTHR, r = idx >> 1, c = (idx & 1) * 16, m = m0 + r;
+        for (int i = 0; i < 256 / WG_THREADS; i++) { /* 256 chunks of 16 bytes */
+            const int idx = tid + i * WG_THREADS, r = idx >> 1, c = (idx & 1) * 16, m = m0 + r;
             const bool ok = m < M && kbyte + c < arow;
             wg_cp16(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
                     ok ? 16 : 0);
         }
     } else {
 #pragma unroll 4
-        for (int i = 0; i < 512 / NTHR; i++) { /* 512 chunks of 8 bytes */
-            const int idx = tid + i * NTHR, r = idx >> 2, c = (idx & 3) * 8, m = m0 + r;
+        for (int i = 0; i < 512 / WG_THREADS; i++) { /* 512 chunks of 8 bytes */
+            const int idx = tid + i * WG_THREADS, r = idx >> 2, c = (idx & 3) * 8, m = m0 + r;
             const bool ok = m < M && kbyte + c < arow;
             wg_cp8(a_dst + (uint32_t)(r * WG_ROWB + c), ok ? aq + (size_t)m * arow + kbyte + c : aq,
                    ok ? 8 : 0);
@@ -378,8 +348,7 @@ static __device__ __forceinline__ void wg_load_a(uint32_t a_dst, uint32_t asf_ds
 /* A's wgmma register fragment of one step (16 registers: 4 k16 slices x
  * {rows g, g+8} x {k-halves}) from the raw tile: a lane (g, t) of warp w owns
  * rows 16w+g, 16w+g+8 and k-block t (one 8-byte load and one scale per row).
- * SKIP (development ablation only): no dequantization, wrong values. */
-template <bool SKIP>
+ */
 static __device__ __forceinline__ void wg_a_frag(const unsigned char *a_tile,
                                                  const unsigned char *asf_tile, int tid,
                                                  uint32_t *afr)
@@ -392,13 +361,7 @@ static __device__ __forceinline__ void wg_a_frag(const unsigned char *a_tile,
     const uint32_t s1 = asf_tile[((r0 + 8) & 31) * 16 + ((r0 + 8) >> 5) * 4 + t];
     const uint32_t sc = sf2_to_h2((s0 | s1 << 16) << 7);
     const uint32_t lo = __byte_perm(sc, 0, 0x1010), hi = __byte_perm(sc, 0, 0x3232);
-    if (SKIP) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            afr[4 * j + 0] = x0.x & lo, afr[4 * j + 1] = x1.x & hi;
-            afr[4 * j + 2] = x0.y & lo, afr[4 * j + 3] = x1.y & hi;
-        }
-    } else {
+    {
         uint32_t p0x[4], p1x[4], p0y[4], p1y[4];
         fp4_nib_pairs4(x0.x, p0x);
         fp4_nib_pairs4(x1.x, p1x);
@@ -447,25 +410,7 @@ static __device__ __forceinline__ void wg_store_d(const float *acc, __nv_bfloat1
     }
 }
 
-/* The swapped operands' D (v12's TR instantiations, v15) with one K split:
- * D [token][weight row] straight from the accumulators (M weight rows, N
- * tokens; see wg_slices_store for the fragment's coordinates). */
-template <int BN>
-static __device__ __forceinline__ void wg_store_d_tr(const float *acc, __nv_bfloat16 *__restrict__ d,
-                                                     int M, int N, int m0, int tok0,
-                                                     float alpha_eff, int tid)
-{
-    const int lane = tid & 31, g = lane >> 2, t = lane & 3, m = m0 + (tid >> 5) * 16 + g;
-#pragma unroll
-    for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int ne = tok0 + 8 * i + 2 * t + (e & 1), me = m + 8 * (e >> 1);
-            if (ne < N && me < M) d[(size_t)ne * M + me] = __float2bfloat16_rn(acc[4 * i + e] * alpha_eff);
-        }
-}
-
-/* ---- split-K slices epilogue (v11-mid, v13-mid) ----------------------------------------
+/* ---- split-K slices epilogue (mid) -------------------------------------------------------
  * The S CTAs of a tile (grid.z; co-resident: cooperative launch) reduce their
  * fp32 partial tiles straight from the accumulators (no shared-memory
  * transposition): acc[4 i + e] of consumer thread tid is token 8 i + 2 t +
@@ -479,7 +424,7 @@ static __device__ __forceinline__ void wg_store_d_tr(const float *acc, __nv_bflo
  * writes those D entries, and the last CTA to leave re-zeroes both counters
  * (every CTA has passed the barrier by then), so the next launch finds them
  * zero. Barriers: named barrier 1 over the 256 consumer threads (the whole
- * CTA in v11; v13's producer warp does not take part). */
+ * CTA). */
 static __device__ __forceinline__ void wg_consumers_sync(void)
 {
     asm volatile("bar.sync 1, %0;" ::"n"(WG_THREADS) : "memory");
@@ -559,7 +504,6 @@ static __device__ __forceinline__ void wg_slices_sum(const float4 *slab, unsigne
 #endif /* FP4_SM90_HAVE_WGMMA */
 
 /* ---- B: packed code word -> 16 bytes of a swizzled fp16 B row ------------------------ */
-/* (plain device code: also used by v6's prepass, which needs no wgmma) */
 
 /* The 4 scale bytes of a packed B row's step (byte r = k-block r) as fp16x2
  * pairs of scale * 2^7. */
