@@ -1,75 +1,373 @@
 #!/usr/bin/env bash
-# Build fp4bench on the GPU machine and run its checks and timings in one go.
-# Results land under $OUT (at most 8 files come back: keep it to that).
-#   bench/device-run.sh check    build, ctest (GPU tests included), sanitizer, seed verify
-#   bench/device-run.sh bench    build, the independent cuBLAS script, the recorded runs
-#   bench/device-run.sh all      both (over 10 minutes: the device tool's limit per call)
-# Called from the device tool with carry [".debs", ".fp4-commit"]: .debs holds
-# libcjson1/libcjson-dev .deb files (apt-get download here), unpacked to /tmp/cjson.
+# bench/device-run.sh: build fp4bench on a machine with an NVIDIA Hopper GPU and
+# check it, time it, compare it with an older tree or profile it. Run it from
+# the repository root; `bench/device-run.sh help` prints the usage below.
+#
+# Every mode goes on after a failing step (a failed build stops the steps that
+# need its binary) and exits 1 at the end if any step failed. It only reads
+# the GPU's state: clocks, power limits and other settings are left as they are.
 set -uo pipefail
-mode=${1:-bench}
+
+usage() {
+  cat <<'EOF'
+usage: bench/device-run.sh MODE        (from the repository root)
+
+modes:
+  build    configure and build build-dev only
+  check    build; ctest (GPU tests included); every backend verified on the odd
+           and seed presets; compute-sanitizer memcheck and racecheck on each
+           fp4-sm90 kernel forced on small tail shapes, and on the GPU
+           quantizer test
+  bench    build; the independent cuBLAS bf16 cross-check (PyTorch); the
+           baseline: one fp4bench run (M sweep, prefill-wide and decode
+           bandwidth shapes; cublas-bf16, cublaslt-fp8, fp4-sm90)
+  compare  build this tree and OLD_TREE; both binaries on the seed and sweep-m
+           presets (old/new alternated), then fp4bench compare on each pair
+  profile  build; Nsight Compute on the fp4-sm90 kernels for SHAPES
+           (--clock-control none: the GPU keeps its own clocks)
+  all      check, then bench
+
+environment (defaults in brackets):
+  OUT          results folder [/tmp/fp4out]; one log (device-run.log) plus
+               the JSON/report files of the mode
+  FP4_ARCHS    CUDA architectures to build [90a]
+  CJSON_DEBS   a folder of libcjson .deb files (libcjson1, libcjson-dev),
+               unpacked into CJSON_PREFIX [/tmp/cjson] when libcjson-dev is
+               not installed [.debs]
+  MAX_TIME     fp4bench --max-time per measurement, seconds
+               [2 for bench, 1 for compare]
+  FP4_CTEST_ARGS  more ctest arguments (check), e.g. "-E cli_"
+  SAN_CASES    sanitizer cases, "kernel:MxNxK,... kernel:..." (check)
+               [decode, mid, prefill and prefill-wide on tail shapes]
+  SAN_TIMEOUT  seconds per sanitizer run [240]
+  OLD_TREE     compare: a folder with the source of the older commit, e.g.
+                 mkdir .old && git archive sm90-experiments | tar -x -C .old
+                 git rev-parse --short=12 sm90-experiments > .old/.fp4-commit
+  SHAPES       profile: MxNxK,... [16x8192x8192,256x2048x6144,4096x2048x6144,8192x8192x8192]
+  FP4_SM90_KERNEL  profile only: force this fp4-sm90 kernel (decode, mid,
+               prefill, prefill-wide) instead of the built-in choice; every
+               other mode clears all FP4_SM90_* variables first
+  NCU_SET      profile: Nsight Compute section set [detailed]
+
+The commit is read from .fp4-commit when there is one (the tree may be a copy
+without .git), else from git.
+EOF
+}
+
+mode=${1:-}
+case "$mode" in
+  build | check | bench | compare | profile | all) ;;
+  help | -h | --help) usage; exit 0 ;;
+  *) usage >&2; exit 2 ;;
+esac
+[ -f CMakeLists.txt ] && [ -d bench ] || { echo "run from the repository root" >&2; exit 2; }
+
 OUT=${OUT:-/tmp/fp4out}
 mkdir -p "$OUT"
-log=$OUT/device.log
-exec > >(tee -a "$log") 2>&1
-echo "== $(date -u +%FT%TZ) commit $(cat .fp4-commit 2>/dev/null || echo unknown) mode $mode"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
+log=$OUT/device-run.log
+tmp=$(mktemp -d /tmp/fp4run.XXXXXX) # scratch outputs that are summarized, not kept
+failed=()
 
-mkdir -p /tmp/cjson
-for f in .debs/*.deb; do dpkg -x "$f" /tmp/cjson; done
-export LD_LIBRARY_PATH=/tmp/cjson/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# say: a line for the terminal and the log. Long outputs go to the log only
+# (>>"$log"), so the terminal shows summaries and the log has everything.
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+fail() { failed+=("$1"); say "!! FAILED: $1"; }
 
-t0=$(date +%s)
-cmake -S . -B build-dev -DCJSON_ROOT=/tmp/cjson -DFP4_CUDA_ARCHS="${FP4_ARCHS:-90a}" \
-      -DFP4_WERROR=ON -DCMAKE_BUILD_TYPE=Release >/tmp/cmake.log 2>&1 &&
-  cmake --build build-dev -j 16 >>/tmp/cmake.log 2>&1
-rc=$?
-if [ $rc -ne 0 ]; then grep -E "error|warning" -A3 /tmp/cmake.log | head -60; exit 1; fi
-echo "== build $(( $(date +%s) - t0 )) s"
+commit=$(cat .fp4-commit 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+say "== $(date -u +%FT%TZ) bench/device-run.sh $mode, commit $commit, host $(hostname)"
+
+# A forced kernel or split count left in the caller's environment would
+# silently change what the tests, baseline and comparison measure; profile
+# keeps FP4_SM90_KERNEL, its way to pick the kernel.
+for v in $(compgen -e | grep '^FP4_SM90_'); do
+  [ "$mode" = profile ] && [ "$v" = FP4_SM90_KERNEL ] && continue
+  say "note: clearing $v=${!v} from the environment"
+  unset "$v"
+done
+
+# ---- the GPU, read only --------------------------------------------------------------
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
+    --format=csv 2>&1 | tee -a "$log"
+else
+  say "nvidia-smi not found: no GPU information"
+fi
+
+# ---- cJSON ------------------------------------------------------------------------------
+cmake_args=(-DFP4_CUDA_ARCHS="${FP4_ARCHS:-90a}" -DFP4_WERROR=ON -DCMAKE_BUILD_TYPE=Release)
+CJSON_DEBS=${CJSON_DEBS:-.debs}
+if [ -f /usr/include/cjson/cJSON.h ]; then
+  say "cJSON: the system's libcjson-dev"
+elif compgen -G "$CJSON_DEBS/*.deb" >/dev/null; then
+  prefix=${CJSON_PREFIX:-/tmp/cjson}
+  mkdir -p "$prefix"
+  for f in "$CJSON_DEBS"/*.deb; do dpkg -x "$f" "$prefix" || fail "unpack $f"; done
+  cmake_args+=(-DCJSON_ROOT="$prefix")
+  for d in "$prefix"/usr/lib/*-linux-gnu; do LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}; done
+  export LD_LIBRARY_PATH
+  say "cJSON: unpacked $CJSON_DEBS/*.deb into $prefix"
+else
+  say "cJSON: no libcjson-dev and no .deb files in $CJSON_DEBS (cmake will stop if it finds none)"
+fi
+
+# ---- build ------------------------------------------------------------------------------
+# build SRC DIR: configure and build; the compiler's output stays in $tmp, only
+# its errors reach the log (warnings are errors: FP4_WERROR).
+build() {
+  local src=$1 dir=$2 t0=$SECONDS out=$tmp/build-${2##*/}.txt
+  if cmake -S "$src" -B "$dir" "${cmake_args[@]}" >"$out" 2>&1 &&
+     cmake --build "$dir" -j "$(nproc)" >>"$out" 2>&1; then
+    say "== build $src -> $dir: $((SECONDS - t0)) s"
+    return 0
+  fi
+  say "== build $src -> $dir failed after $((SECONDS - t0)) s; its errors:"
+  grep -E "error|warning|Error" -A3 "$out" | head -80 | tee -a "$log"
+  return 1
+}
+
 B=./build-dev/fp4bench
-$B --version
-$B list
-
-if [ "$mode" = bench ]; then
-  echo "== independent script: torch cuBLAS bf16, same rules (issue 3)"
-  timeout 150 python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192
+built=0
+if build . build-dev; then
+  built=1
+  $B --version 2>&1 | tee -a "$log"
+  $B list 2>&1 | tee -a "$log"
+else
+  fail "build of build-dev"
 fi
 
-if [ "$mode" != bench ]; then
-echo "== ctest"
-(cd build-dev && ctest --output-on-failure -j 4 --timeout 300 ${FP4_CTEST_ARGS:-}) >/tmp/ctest.log 2>&1
-grep -E "tests passed|Failed|Skipped|\*\*\*" /tmp/ctest.log | head -30
-grep -B2 -A30 "FAILED\|CHECK failed" /tmp/ctest.log | head -80
+# ---- helpers for fp4bench output -------------------------------------------------------
+# rows_summary CSV: "N ok, N unsupported, N FAILED" and the rows that are not ok
+# (columns: label,m,n,k,backend,variant,state,reason,...; the reason is cut
+# at its first comma, the log has the whole table).
+rows_summary() {
+  awk -F, 'NR > 1 { n[$7]++; if ($7 != "ok") bad = bad sprintf("    %s %sx%sx%s %s: %s\n", $5, $2, $3, $4, $7, $8) }
+           END { printf "%d ok, %d unsupported, %d FAILED\n%s", n["ok"], n["unsupported"], n["FAILED"], bad }' "$1"
+}
 
-echo "== verify every backend on odd and seed shapes"
-$B run --preset odd --backend all --verify-only --quiet --no-ceilings | tail -n +8
-$B run --preset seed --backend all --verify-only --quiet --no-ceilings | tail -n +8
+# ---- check ------------------------------------------------------------------------------
+check_ctest() {
+  say "== ctest (GPU tests included; the whole output is in the log)"
+  local t=$tmp/ctest.txt
+  (cd build-dev && ctest --output-on-failure -j 4 --timeout 300 ${FP4_CTEST_ARGS:-}) >"$t" 2>&1
+  local rc=$?
+  cat "$t" >>"$log"
+  grep -E "tests passed|tests failed" "$t" | tee -a "$log"
+  # the GPU tests by name (the quantizer's among them), then any test not passed
+  grep -E "Test +#[0-9]+: gpu_" "$t" | sed 's/^ *[0-9]*\/[0-9]* *//' | tee -a "$log"
+  grep -E "Test +#[0-9]+: " "$t" | grep -vE "Passed|: gpu_" | sed 's/^ *[0-9]*\/[0-9]* *//' | tee -a "$log"
+  [ $rc -eq 0 ] || fail "ctest (exit $rc)"
+  # a GPU test that exits 77 is reported as skipped, and ctest still exits 0
+  if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped (no GPU seen)"; fi
+}
 
-if command -v compute-sanitizer >/dev/null; then
-  echo "== compute-sanitizer (memcheck, racecheck) on a few shapes"
-  for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $B run --backend fp4-sm90,cuda-ref \
-      --shape 3x200x48,17x768x2880,129x256x6144 --verify-only --quiet --no-ceilings >/tmp/san.log 2>&1
-    echo "$tool: exit $? ($(grep -c "ERROR SUMMARY: 0 errors" /tmp/san.log) clean summaries)"
-    grep -m5 "=========" /tmp/san.log | grep -v "ERROR SUMMARY: 0" | head -5
+check_verify() {
+  local p rc
+  for p in odd seed; do
+    timeout 600 $B run --preset $p --backend all --verify-only --quiet --no-ceilings \
+      --csv "$tmp/verify-$p.csv" >>"$log" 2>&1
+    rc=$?
+    say "verify --preset $p, every backend: exit $rc; $(rows_summary "$tmp/verify-$p.csv" 2>/dev/null)"
+    [ $rc -eq 0 ] || fail "verify --preset $p (exit $rc)"
   done
-fi
-fi
-[ "$mode" = check ] && exit 0
+}
 
-echo "== benchmarks"
-# the seed suite twice (run-to-run reproducibility), with every sample and the
-# plain-launch figure, then hot L2, the issue-4 targets, the M sweep and the models
-$B run --preset seed --json "$OUT/seed-cold-1.json" --samples --launch --quiet
-$B run --preset seed --json "$OUT/seed-cold-2.json" --samples --launch --quiet | tail -n 4
-$B compare "$OUT/seed-cold-1.json" "$OUT/seed-cold-2.json" --threshold 0.02
-$B run --preset seed --hot --json "$OUT/seed-hot.json" --quiet --no-ceilings | tail -n 4
-# targets: the quantize row at 8192x8192x8192 is the quantizer's target (M*K = 64M);
-# cuda-ref is left out here (seconds a call at 8192^3; it verifies, it is not a contender)
-$B run --preset targets --json "$OUT/targets.json" --quiet --max-time 4 \
-   --backend cublas-bf16,cublaslt-fp8,cublaslt-nvfp4,fp4-sm90,w4a4-sm90,quantize
-$B run --preset sweep-m --json "$OUT/sweep-m.json" --quiet --max-time 3 --no-ceilings \
-   --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 70
-$B run --preset models --json "$OUT/models.json" --quiet --max-time 3 --no-ceilings \
-   --backend cublas-bf16,cublaslt-fp8,fp4-sm90 | tail -n 4
-echo "== done $(( $(date +%s) - t0 )) s"
+# san_verdict TOOL FILE: "clean" when the tool's summary line reports nothing
+san_verdict() {
+  local line
+  if [ "$1" = memcheck ]; then
+    line=$(grep -E "ERROR SUMMARY:" "$2" | tail -1)
+    [[ $line == *"ERROR SUMMARY: 0 errors"* ]]
+  else
+    line=$(grep -E "RACECHECK SUMMARY:" "$2" | tail -1)
+    [[ $line == *"RACECHECK SUMMARY: 0 hazards"* ]]
+  fi
+  local clean=$?
+  echo "${line#*========= }"
+  return $clean
+}
+
+# one_variant_ok KERNEL VARIANTS: every row ran the forced kernel, by its name
+# or its numbered name (the ones bench/perf_table.py reads too). An unknown
+# FP4_SM90_KERNEL falls back to the built-in choice and would check another kernel.
+one_variant_ok() {
+  local k=$1 v numbered
+  case $k in
+    decode) numbered=v4-decode ;;
+    mid) numbered=v11-mid ;;
+    prefill) numbered=v8-prefill ;;
+    prefill-wide) numbered=v16-prefill ;;
+    *) numbered=$k ;;
+  esac
+  [ -n "$2" ] || return 1
+  for v in ${2//\// }; do [ "$v" = "$k" ] || [ "$v" = "$numbered" ] || return 1; done
+}
+
+check_sanitizer() {
+  local SAN
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$SAN" ]; then fail "compute-sanitizer not found"; return; fi
+  # Small shapes that the forced kernel accepts: M and N not multiples of the
+  # tiles, K with a tail past the 64/128-wide K steps (48, 176, 496), K splits
+  # (6144, 2880). Large K on the large-M kernels makes racecheck very slow.
+  local cases=${SAN_CASES:-"decode:3x200x48,17x768x2880 mid:129x256x6144,200x1001x2880,77x1001x176 prefill:2048x384x2880,2100x200x176 prefill-wide:2048x4096x176,2100x4100x496"}
+  local tool kc k shapes rc summary variants verdict t=$tmp/san.txt csv=$tmp/san.csv
+  say "== compute-sanitizer ($SAN), one line per tool and kernel"
+  for tool in memcheck racecheck; do
+    for kc in $cases; do
+      k=${kc%%:*} shapes=${kc#*:}
+      rm -f "$csv"
+      FP4_SM90_KERNEL=$k timeout -k 10 "${SAN_TIMEOUT:-240}" "$SAN" --tool $tool --error-exitcode 9 \
+        $B run --backend fp4-sm90 --shape "$shapes" --verify-only --quiet --no-ceilings --csv "$csv" >"$t" 2>&1
+      rc=$?
+      { echo "---- $tool FP4_SM90_KERNEL=$k $shapes (first 200 lines)"; head -200 "$t"; } >>"$log"
+      variants=$(awk -F, 'NR > 1 { print $6 }' "$csv" 2>/dev/null | sort -u | paste -sd/ -)
+      summary=$(san_verdict $tool "$t") && verdict=clean || verdict=NOT-CLEAN
+      say "$(printf '%-9s %-13s exit %-3s %-9s %s | ran %s; rows %s' $tool "$k" $rc $verdict \
+        "${summary:-no summary}" "${variants:-nothing}" "$(rows_summary "$csv" 2>/dev/null | head -1)")"
+      [ $rc -eq 0 ] && [ $verdict = clean ] || fail "$tool $k (exit $rc, $verdict)"
+      # a shape the kernel did not run (unsupported) was not checked either
+      if [ "$(awk -F, 'NR > 1 && $7 != "ok"' "$csv" 2>/dev/null | wc -l)" -gt 0 ] || [ ! -s "$csv" ]; then
+        fail "$tool $k: not every shape ran"
+      elif ! one_variant_ok "$k" "$variants"; then
+        fail "$tool $k: FP4_SM90_KERNEL=$k ran ${variants:-nothing}, not that kernel (unknown name?)"
+      fi
+    done
+    # the GPU quantizer's own test (odd shapes, bit-exact against the host)
+    timeout -k 10 "${SAN_TIMEOUT:-240}" "$SAN" --tool $tool --error-exitcode 9 \
+      ./build-dev/tests/gpu_quantize build-dev/tests >"$t" 2>&1
+    rc=$?
+    { echo "---- $tool gpu_quantize (first 200 lines)"; head -200 "$t"; } >>"$log"
+    summary=$(san_verdict $tool "$t") && verdict=clean || verdict=NOT-CLEAN
+    say "$(printf '%-9s %-13s exit %-3s %-9s %s' $tool gpu_quantize $rc $verdict "${summary:-no summary}")"
+    [ $rc -eq 0 ] && [ $verdict = clean ] || fail "$tool gpu_quantize (exit $rc, $verdict)"
+  done
+}
+
+mode_check() {
+  check_ctest
+  check_verify
+  check_sanitizer
+}
+
+# ---- bench ------------------------------------------------------------------------------
+mode_bench() {
+  local rc
+  # torch.mm with none of fp4bench's code, on fp4bench's timing rules: are
+  # the cublas-bf16 numbers that every ratio divides by plausible?
+  say "== independent cross-check: torch cuBLAS bf16 on NVFP4-valued operands"
+  timeout 150 python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "independent_bf16.py (exit $rc)"
+
+  # The baseline in one run, so that every row shares the ceilings, the
+  # clocks and the interleaved rounds: the M sweep on both seed (N, K) pairs,
+  # the prefill-wide shapes (N >= 4096) and the decode bandwidth shapes.
+  say "== baseline: $OUT/baseline.json"
+  timeout 420 $B run --preset sweep-m \
+    --shape 4096x4096x4096,8192x8192x8192,2048x28672x4096,4096x8192x8192,16x8192x8192,16x28672x4096 \
+    --backend cublas-bf16,cublaslt-fp8,fp4-sm90 --max-time "${MAX_TIME:-2}" --quiet \
+    --json "$OUT/baseline.json" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "baseline run (exit $rc; the JSON holds the rows written until then)"
+}
+
+# ---- compare ----------------------------------------------------------------------------
+mode_compare() {
+  if [ -z "${OLD_TREE:-}" ] || [ ! -f "${OLD_TREE}/CMakeLists.txt" ]; then
+    fail "compare: OLD_TREE must name a source tree (got '${OLD_TREE:-}')"
+    return
+  fi
+  # Without this, CMake's `git rev-parse` in OLD_TREE would find this
+  # repository's .git above it and stamp the old binary with the new commit;
+  # OLD_TREE/.fp4-commit then names the old one.
+  local old_abs
+  old_abs=$(cd "$OLD_TREE" && pwd)
+  if ! GIT_CEILING_DIRECTORIES=$(dirname "$old_abs") build "$OLD_TREE" build-old; then
+    fail "build of $OLD_TREE into build-old"
+    return
+  fi
+  local O=./build-old/fp4bench
+  say "old: $($O --version 2>&1 | head -1); new: $($B --version 2>&1 | head -1)"
+  local common=(--backend cublas-bf16,fp4-sm90 --quiet --no-ceilings --max-time "${MAX_TIME:-1}")
+  # old, new, new, old: a slow drift of the GPU (heat, clocks) favours neither
+  local step which bin p rc
+  for step in old:seed new:seed new:sweep-m old:sweep-m; do
+    which=${step%%:*} p=${step#*:}
+    [ $which = old ] && bin=$O || bin=$B
+    say "== $which binary, --preset $p -> $OUT/$which-$p.json"
+    timeout 300 $bin run --preset $p "${common[@]}" --json "$OUT/$which-$p.json" >>"$log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || fail "$which --preset $p (exit $rc)"
+  done
+  for p in seed sweep-m; do
+    say "== fp4bench compare old-$p.json new-$p.json --threshold 0.02"
+    $B compare "$OUT/old-$p.json" "$OUT/new-$p.json" --threshold 0.02 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    say "compare $p: exit $rc (0: no regression, 1: a row slower beyond threshold and noise, or broken)"
+    [ $rc -eq 0 ] || fail "compare $p (exit $rc)"
+  done
+}
+
+# ---- profile ----------------------------------------------------------------------------
+mode_profile() {
+  local NCU
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then fail "ncu (Nsight Compute) not found"; return; fi
+  say "== Nsight Compute: $("$NCU" --version 2>&1 | tail -1)"
+  local forced=${FP4_SM90_KERNEL:-}
+  [ -n "$forced" ] && say "FP4_SM90_KERNEL=$forced (forced)"
+  local shapes=${SHAPES:-16x8192x8192,256x2048x6144,4096x2048x6144,8192x8192x8192}
+  local reps=$tmp/ncu shape rc variants txt=$OUT/profile.txt
+  mkdir -p "$reps"
+  : >"$txt"
+  for shape in ${shapes//,/ }; do
+    rm -f "$tmp/ncu.csv"
+    # --verify-only --hot: each fp4-sm90 kernel runs once per shape (one
+    # operand copy); Nsight Compute flushes the caches before each profiled
+    # launch (its default), so the figures are cold-L2 ones all the same.
+    timeout -k 10 300 "$NCU" --clock-control none --set "${NCU_SET:-detailed}" --kernel-name "regex:fp4_sm90_" \
+      --export "$reps/$shape" --force-overwrite \
+      $B run --backend fp4-sm90 --shape "$shape" --verify-only --hot --quiet --no-ceilings \
+      --csv "$tmp/ncu.csv" >"$tmp/ncu.txt" 2>&1
+    rc=$?
+    variants=$(awk -F, 'NR > 1 { print $6 }' "$tmp/ncu.csv" 2>/dev/null | sort -u | paste -sd/ -)
+    cat "$tmp/ncu.txt" >>"$log"
+    grep -q "ERR_NVGPUCTRPERM" "$tmp/ncu.txt" && say "ncu: no permission for the GPU's performance counters"
+    if [ $rc -ne 0 ] || [ ! -f "$reps/$shape.ncu-rep" ]; then
+      fail "ncu $shape (exit $rc)"
+      continue
+    fi
+    { echo "==== $shape: fp4-sm90 ran ${variants:-?}${forced:+ (FP4_SM90_KERNEL=$forced)}"
+      "$NCU" --import "$reps/$shape.ncu-rep" --page details; } >>"$txt" 2>&1
+    say "---- $shape: fp4-sm90 ran ${variants:-?}"
+    "$NCU" --import "$reps/$shape.ncu-rep" --page details 2>&1 |
+      grep -E "^  (void )?fp4_sm90_|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy" |
+      tee -a "$log"
+  done
+  if compgen -G "$reps/*.ncu-rep" >/dev/null; then
+    tar -czf "$OUT/profile-reports.tar.gz" -C "$reps" . && say "reports: $OUT/profile-reports.tar.gz, details: $txt"
+  fi
+}
+
+# ---- run --------------------------------------------------------------------------------
+if [ $built = 1 ]; then
+  case "$mode" in
+    check) mode_check ;;
+    bench) mode_bench ;;
+    compare) mode_compare ;;
+    profile) mode_profile ;;
+    all) mode_check; mode_bench ;;
+  esac
+elif [ "$mode" != build ]; then
+  say "no binary: the $mode steps did not run"
+fi
+rm -rf "$tmp"
+
+say "== $mode done in $SECONDS s; files in $OUT:"
+ls -l "$OUT" | tail -n +2 | tee -a "$log"
+if [ ${#failed[@]} -gt 0 ]; then
+  say "== ${#failed[@]} step(s) failed:"
+  for f in "${failed[@]}"; do say "   $f"; done
+  exit 1
+fi
+say "== all steps passed"

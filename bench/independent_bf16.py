@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent check of fp4bench's cublas-bf16 numbers (issue 3), with none of
+"""Independent check of fp4bench's cublas-bf16 numbers, with none of
 its code: torch.mm (cuBLAS) bf16 x bf16 -> bf16 on NVFP4-valued operands, made
 the way `fp4bench --data gaussian` makes them (bf16 N(0,1), per-tensor global
 scale 448*6/amax, e4m3 block scales of 16, e2m1 codes rounded to nearest even,
