@@ -21,6 +21,7 @@
 #include "check.h"
 #include "fp4/backend.h"
 #include "fp4/format.h"
+#include "test_rng.h"
 
 static const fp4_shape shapes[] = {
     {1, 8, 16}, {3, 200, 48}, {17, 1, 2880}, {129, 256, 6144}, {16, 2048, 6144}, {256, 768, 6144},
@@ -33,43 +34,23 @@ static const char *const backend_names[] = {"cuda-ref", "cublas-bf16", "cublaslt
 
 /* ---- random data ----------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static uint64_t next_u64(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static double uniform(void)
-{
-    return (double)(next_u64() >> 11) / 9007199254740992.0;
-}
-
-static float gaussian(void)
-{
-    double u1 = ((double)(next_u64() >> 11) + 1.0) / 9007199254740993.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * uniform()));
-}
-
 /* Quantized random [rows, cols]: gaussian values, each row scaled by 2^u with
  * u uniform in [-3, 3] (so block scales spread over several binades), an
  * all-zero block now and then (scale 0) and an occasional 8x outlier. */
-static fp4_status random_matrix(int64_t rows, int64_t cols, fp4_matrix *out, fp4_err *err)
+static fp4_status random_matrix(test_rng *rng, int64_t rows, int64_t cols, fp4_matrix *out,
+                                fp4_err *err)
 {
     float *x = malloc((size_t)rows * (size_t)cols * sizeof *x);
     if (!x) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for test data");
     for (int64_t r = 0; r < rows; r++) {
-        const float row_scale = (float)exp2(6.0 * uniform() - 3.0);
+        const float row_scale = (float)exp2(6.0 * test_rng_uniform(rng) - 3.0);
         for (int64_t c = 0; c < cols; c++) {
-            float v = gaussian() * row_scale;
-            if (uniform() < 0.002) v *= 8.0f;
+            float v = (float)test_rng_gauss(rng) * row_scale;
+            if (test_rng_uniform(rng) < 0.002) v *= 8.0f;
             x[r * cols + c] = v;
         }
-        if (cols > 16 && uniform() < 0.2) {
-            int64_t b = (int64_t)(uniform() * (double)(cols / 16));
+        if (cols > 16 && test_rng_uniform(rng) < 0.2) {
+            int64_t b = (int64_t)(test_rng_uniform(rng) * (double)(cols / 16));
             memset(x + r * cols + b * 16, 0, 16 * sizeof *x);
         }
     }
@@ -309,12 +290,12 @@ int main(void)
         fp4_matrix a, b;
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
-        rng_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)(si + 1) * 0x100000001B3ull;
+        test_rng rng = test_rng_seed(0x9E3779B97F4A7C15ull ^ (uint64_t)(si + 1) * 0x100000001B3ull);
         float *ref = malloc((size_t)s->m * (size_t)s->n * sizeof *ref);
         float *d = malloc((size_t)s->m * (size_t)s->n * sizeof *d);
         CHECK(ref && d);
-        st = random_matrix(s->m, s->k, &a, &err);
-        if (st == FP4_OK) st = random_matrix(s->n, s->k, &b, &err);
+        st = random_matrix(&rng, s->m, s->k, &a, &err);
+        if (st == FP4_OK) st = random_matrix(&rng, s->n, s->k, &b, &err);
         const float alpha = a.global_scale * b.global_scale;
         if (st == FP4_OK) st = fp4_gemm_reference(&a, &b, alpha, ref, 0, &err);
         CHECK_MSG(st == FP4_OK, "test data for %lldx%lldx%lld: %s", (long long)s->m,
@@ -350,8 +331,9 @@ int main(void)
         fp4_matrix a, b;
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
-        rng_state = 12345;
-        if (random_matrix(4, 32, &a, &err) == FP4_OK && random_matrix(8, 32, &b, &err) == FP4_OK) {
+        test_rng rng = test_rng_seed(12345);
+        if (random_matrix(&rng, 4, 32, &a, &err) == FP4_OK &&
+            random_matrix(&rng, 8, 32, &b, &err) == FP4_OK) {
             fp4_gemm_problem p;
             void *plan = NULL;
             p.shape.m = 4;

@@ -29,21 +29,7 @@
 #include "fp4/backend.h"
 #include "fp4/format.h"
 #include "kernels/fp4_quantize.h"
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static double uniform01(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static float gaussian(void)
-{
-    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
-}
+#include "test_rng.h"
 
 /* ---- 1. the quantizer ------------------------------------------------------------ */
 
@@ -104,18 +90,19 @@ out:
 /* bf16 [rows, cols]: gaussian blocks scaled from 2^-30 (E4M3 subnormal and
  * zero scales) to 2^12 (saturated under a given scale), some all-zero blocks,
  * some -0 elements. */
-static void fill(uint16_t *x, int64_t rows, int64_t cols)
+static void fill(test_rng *rng, uint16_t *x, int64_t rows, int64_t cols)
 {
     for (int64_t b = 0; b < rows * cols / 16; b++) {
-        const double u = uniform01();
-        const float scale = u < 0.05 ? 0.0f : u < 0.15 ? ldexpf(1.0f, -30 + (int)(uniform01() * 24))
+        const double u = test_rng_uniform(rng);
+        const float scale = u < 0.05 ? 0.0f
+                          : u < 0.15 ? ldexpf(1.0f, -30 + (int)(test_rng_uniform(rng) * 24))
                           : u < 0.2  ? 4096.0f
                           : u < 0.22 ? 0x1p-128f /* bf16 subnormals */
                           : u < 0.24 ? 0x1p+120f /* scales far past 448 */
                                      : 1.0f;
         for (int j = 0; j < 16; j++) {
-            float v = gaussian() * scale;
-            if (uniform01() < 0.01) v = -0.0f;
+            float v = (float)test_rng_gauss(rng) * scale;
+            if (test_rng_uniform(rng) < 0.01) v = -0.0f;
             x[b * 16 + j] = fp4_bf16_from_float(v);
         }
     }
@@ -124,12 +111,13 @@ static void fill(uint16_t *x, int64_t rows, int64_t cols)
 static void test_quantizer(void)
 {
     static const int64_t rows[] = {1, 3, 129, 257}, cols[] = {16, 48, 2880};
+    test_rng rng = test_rng_seed(0x2545F4914F6CDD1Dull);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) {
             uint16_t *x = malloc((size_t)rows[i] * (size_t)cols[j] * 2);
             CHECK(x != NULL);
             if (!x) return;
-            fill(x, rows[i], cols[j]);
+            fill(&rng, x, rows[i], cols[j]);
             check_quantizer(x, rows[i], cols[j], 0.0f, "dynamic");
             check_quantizer(x, rows[i], cols[j], 2688.0f / 3.7f, "static");
             check_quantizer(x, rows[i], cols[j], 1.0f, "static gs=1");

@@ -9,6 +9,8 @@
 #include "check.h"
 #include "fp4/backend.h"
 #include "fp4/engine.h"
+#include "fp4/reference.h"
+#include "fp4/report.h"
 
 /* How a fake backend misbehaves. */
 enum fake_mode {
@@ -109,7 +111,8 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
 {
     fake_plan *p = p_;
     float last = p->d[p->n - 1];
-    /* call 1 verifies, 2 estimates the batch, 3 warms up; fail at the 6th sample */
+    /* run() number 1 verifies, 2 estimates the batch, 3 warms up and 4 on
+     * are samples: the 6th sample fails */
     if (p->mode == FAKE_RUN_ERROR && ++p->calls > 8)
         return fp4_fail(err, FP4_ERR_CUDA, "illegal memory access (simulated)");
     if (p->mode == FAKE_THERMAL) {
@@ -253,7 +256,11 @@ static void test_fake_backends(void)
     CHECK(strstr(buf, "no such hardware") && strstr(buf, "weights file vanished") &&
           strstr(buf, "all zeros"));
     fp4_report_free(&rep);
-    fp4_engine_destroy(e);
+    /* nothing failed to clean up, so nothing to warn about */
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
+    fp4_engine_destroy(e, &warn);
+    CHECK_MSG(warn.count == 0 && warn.text[0] == '\0', "%d warnings: %s", warn.count, warn.text);
 }
 
 /* The two rates of fp4_engine_measure_rate (the ceilings' rule): the
@@ -297,7 +304,7 @@ static void test_measure_rate(void)
     CHECK_MSG(rep.nrows == 1 && rep.rows[0].t.median > 1.8e3, "row median %g us, want about 2000",
               rep.nrows ? rep.rows[0].t.median : 0.0);
     fp4_report_free(&rep);
-    fp4_engine_destroy(e);
+    fp4_engine_destroy(e, NULL);
 }
 
 /* Bad shapes never reach a backend. */
@@ -316,7 +323,138 @@ static void test_bad_case(void)
     CHECK(strstr(err.msg, "multiple of 16") != NULL);
     CHECK(rep.nrows == 0);
     fp4_report_free(&rep);
-    fp4_engine_destroy(e);
+    fp4_engine_destroy(e, NULL);
+}
+
+/* ---- warnings ------------------------------------------------------------------ */
+
+/* The sink itself: NULL-safe, one line per warning, bounded, counted. */
+static void test_warning_sink(void)
+{
+    fp4_warnings w, all;
+    fp4_warnings_clear(&w);
+    fp4_warnings_clear(&all);
+    fp4_warn(NULL, "ignored %d", 1);
+    fp4_warn(&w, "first %d", 1);
+    fp4_warn(&w, "second\nhas no second line");
+    CHECK(w.count == 2 && strcmp(w.text, "first 1\nsecond\n") == 0);
+    CHECK(fp4_warnings_dropped(&w) == 0);
+    for (int i = 0; i < 100; i++) fp4_warn(&all, "a warning long enough to fill the text %03d", i);
+    CHECK(all.count == 100);
+    CHECK(strlen(all.text) < sizeof all.text && all.text[strlen(all.text) - 1] == '\n');
+    CHECK(strstr(all.text, "text 000\n") != NULL && strstr(all.text, "text 099") == NULL);
+    int kept = 0;
+    for (const char *p = all.text; *p; p++) kept += *p == '\n';
+    CHECK(kept > 10 && fp4_warnings_dropped(&all) == 100 - kept);
+    fp4_warnings_append(&w, &all);
+    CHECK(w.count == 102 && strncmp(w.text, "first 1\nsecond\n", 15) == 0);
+    int lines = 0; /* w's two, then as many of all's as still fit */
+    for (const char *p = w.text; *p; p++) lines += *p == '\n';
+    CHECK((lines == kept + 1 || lines == kept + 2) && fp4_warnings_dropped(&w) == 102 - lines);
+    fp4_warnings_clear(&w);
+    CHECK(w.count == 0 && w.text[0] == '\0' && fp4_warnings_dropped(&w) == 0);
+}
+
+/* A backend whose release() and close() each fail a cleanup: the engine gives
+ * it its sink, and the warnings reach the caller through fp4_engine_destroy. */
+typedef struct warn_inst {
+    fp4_warnings *w;
+} warn_inst;
+
+typedef struct warn_plan {
+    void *inner; /* a FAKE_GOOD plan */
+    fp4_warnings *w;
+} warn_plan;
+
+static fp4_status warn_open(void **inst, fp4_err *err)
+{
+    *inst = calloc(1, sizeof(warn_inst));
+    return *inst ? FP4_OK : fp4_fail(err, FP4_ERR_NOMEM, "no memory");
+}
+
+static void warn_set(void *inst, fp4_warnings *w)
+{
+    ((warn_inst *)inst)->w = w;
+}
+
+static void warn_close(void *inst)
+{
+    fp4_warn(((warn_inst *)inst)->w, "close: handle not destroyed (simulated)");
+    free(inst);
+}
+
+static fp4_status warn_prepare(void *inst, const fp4_gemm_problem *pr, int copies, void **out,
+                               fp4_err *err)
+{
+    warn_plan *p = calloc(1, sizeof *p);
+    if (!p) return fp4_fail(err, FP4_ERR_NOMEM, "no memory");
+    p->w = ((warn_inst *)inst)->w;
+    fp4_status st = fake_prepare((void *)(intptr_t)(FAKE_GOOD + 1), pr, copies, &p->inner, err);
+    if (st != FP4_OK) free(p);
+    else *out = p;
+    return st;
+}
+
+static void warn_release(void *plan)
+{
+    warn_plan *p = plan;
+    fake_release(p->inner);
+    fp4_warn(p->w, "release: buffer not freed (simulated)");
+    free(p);
+}
+
+static fp4_status warn_poison(void *plan, int copy, void *stream, fp4_err *err)
+{
+    return fake_poison(((warn_plan *)plan)->inner, copy, stream, err);
+}
+
+static fp4_status warn_run(void *plan, int copy, void *stream, fp4_err *err)
+{
+    return fake_run(((warn_plan *)plan)->inner, copy, stream, err);
+}
+
+static fp4_status warn_read(void *plan, int copy, float *d, fp4_err *err)
+{
+    return fake_read(((warn_plan *)plan)->inner, copy, d, err);
+}
+
+static void test_backend_warnings(void)
+{
+    fp4_backend_ops o = make_ops(FAKE_GOOD);
+    const fp4_backend_ops *list[1] = {&o};
+    fp4_settings set;
+    fp4_report rep;
+    fp4_engine *e;
+    fp4_err err;
+    fp4_warnings warn;
+    fp4_case c = {{4, 16, 32}, "warn"};
+    o.name = "warns";
+    o.open = warn_open;
+    o.close = warn_close;
+    o.prepare = warn_prepare;
+    o.poison = warn_poison;
+    o.run = warn_run;
+    o.read_output = warn_read;
+    o.release = warn_release;
+    o.set_warnings = warn_set;
+    fp4_settings_default(&set);
+    set.warmup_ms = 0;
+    set.stop.max_time_s = 0.2;
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK(fp4_engine_warnings(e)->count == 0);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 1, &rep, NULL, NULL, &err) == FP4_OK);
+    CHECK(rep.nrows == 1 && rep.rows[0].state == FP4_ROW_OK); /* a warning fails nothing */
+    const fp4_warnings *w = fp4_engine_warnings(e);
+    CHECK(w->count == 1 && strstr(w->text, "release: buffer not freed") != NULL);
+    fp4_warnings_clear(&warn);
+    fp4_warn(&warn, "the caller's own");
+    fp4_engine_destroy(e, &warn);
+    CHECK_MSG(warn.count == 3, "%d warnings: %s", warn.count, warn.text);
+    CHECK(strncmp(warn.text, "the caller's own\n", 17) == 0);
+    CHECK(strstr(warn.text, "release: buffer not freed") != NULL);
+    CHECK(strstr(warn.text, "close: handle not destroyed") != NULL);
+    fp4_report_free(&rep);
 }
 
 static void test_compare_outputs(void)
@@ -375,6 +513,8 @@ int main(int argc, char **argv)
     test_bad_case();
     test_fake_backends();
     test_measure_rate();
+    test_warning_sink();
+    test_backend_warnings();
     test_plugins(argc > 1 ? argv[1] : ".");
     return check_finish("test_engine");
 }

@@ -7,25 +7,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "fp4/backend.h"
 #include "fp4/format.h"
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint64_t next_u64(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static float gaussian(void)
-{
-    double u1 = ((double)(next_u64() >> 11) + 1.0) / 9007199254740993.0;
-    double u2 = (double)(next_u64() >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
+#include "fp4/reference.h"
+#include "test_rng.h"
 
 static void test_e2m1(void)
 {
@@ -197,8 +181,9 @@ static void test_quantize_random(void)
     uint16_t *xb = malloc(sizeof(uint16_t) * R * C);
     fp4_matrix q1, q2;
     fp4_err err;
+    test_rng rng = test_rng_seed(1);
     for (int i = 0; i < R * C; i++) {
-        xb[i] = fp4_bf16_from_float(gaussian() * 3.0f);
+        xb[i] = fp4_bf16_from_float((float)test_rng_gauss(&rng) * 3.0f);
         x[i] = fp4_bf16_to_float(xb[i]);
     }
     CHECK(fp4_quantize_f32(x, R, C, 0.0f, &q1, &err) == FP4_OK);
@@ -231,6 +216,7 @@ static void test_swizzle(void)
     static const int64_t rows_list[] = {1, 31, 128, 129, 300};
     static const int64_t cols_list[] = {16, 48, 64, 2880};
     fp4_err err;
+    test_rng rng = test_rng_seed(2);
     for (int ri = 0; ri < 5; ri++)
         for (int ci = 0; ci < 4; ci++) {
             int64_t rows = rows_list[ri], cols = cols_list[ci], kb_count = cols / 16;
@@ -241,7 +227,7 @@ static void test_swizzle(void)
             CHECK(size == (size_t)(mp * kbp));
             uint8_t *plain = malloc((size_t)(rows * kb_count)), *back = malloc((size_t)(rows * kb_count));
             uint8_t *sw = malloc(size);
-            for (int64_t i = 0; i < rows * kb_count; i++) plain[i] = (uint8_t)(1 + next_u64() % 254);
+            for (int64_t i = 0; i < rows * kb_count; i++) plain[i] = (uint8_t)(1 + test_rng_u64(&rng) % 254);
             memset(sw, 0xAA, size);
             CHECK(fp4_swizzle_scales(plain, rows, cols, sw, &err) == FP4_OK);
             int wrong = 0;
@@ -267,11 +253,11 @@ static void test_swizzle(void)
     CHECK(fp4_swizzle_offset(129, 5, 8) == 1 * 2 * 512 + 1 * 512 + 1 * 16 + 0 + 1);
 }
 
-static void random_matrix(fp4_matrix *m, int64_t rows, int64_t cols)
+static void random_matrix(test_rng *rng, fp4_matrix *m, int64_t rows, int64_t cols)
 {
     float *x = malloc(sizeof(float) * (size_t)(rows * cols));
     fp4_err err;
-    for (int64_t i = 0; i < rows * cols; i++) x[i] = gaussian();
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = (float)test_rng_gauss(rng);
     CHECK(fp4_quantize_f32(x, rows, cols, 0.0f, m, &err) == FP4_OK);
     free(x);
 }
@@ -281,11 +267,12 @@ static void test_reference_gemm(void)
     static const int64_t shapes[][3] = {{1, 1, 16},   {1, 200, 48},  {3, 17, 16},
                                         {17, 129, 2880}, {5, 8, 6144}, {66, 130, 64}};
     fp4_err err;
+    test_rng rng = test_rng_seed(3);
     for (int s = 0; s < 6; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         fp4_matrix a, b;
-        random_matrix(&a, m, k);
-        random_matrix(&b, n, k);
+        random_matrix(&rng, &a, m, k);
+        random_matrix(&rng, &b, n, k);
         float alpha = a.global_scale * b.global_scale;
         float *d1 = malloc(sizeof(float) * (size_t)(m * n)), *d2 = malloc(sizeof(float) * (size_t)(m * n));
         for (int64_t i = 0; i < m * n; i++) d1[i] = d2[i] = NAN;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "test_rng.h"
 
 static char g_dir[64];
 static int g_verbose; /* FP4_TEST_VERBOSE=1: print every expected error message */
@@ -47,20 +48,19 @@ static void cleanup_dir(void)
     rmdir(g_dir);
 }
 
-/* Deterministic bytes. */
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-
-static void fill_random(void *p, size_t n)
+/* Deterministic bytes from r. */
+static void fill_random(test_rng *r, void *p, size_t n)
 {
     unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd();
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(test_rng_u64(r) >> 16);
+}
+
+/* Filler bytes for a hand-made file of n bytes: reproducible from n alone, so
+ * a file's content does not depend on which tests wrote files before it. */
+static void fill_filler(void *p, size_t len, size_t n)
+{
+    test_rng r = test_rng_seed(0x9e3779b97f4a7c15ull ^ (uint64_t)n);
+    fill_random(&r, p, len);
 }
 
 /* Write n bytes to path; 0 on success. */
@@ -123,7 +123,7 @@ static void write_npy_raw(const char *path, int major, int hlen_override, const 
         b[11] = (unsigned char)(hl >> 24 & 0xff);
     }
     memcpy(b + pre, header, strlen(header));
-    fill_random(b + pre + strlen(header), ndata);
+    fill_filler(b + pre + strlen(header), ndata, n);
     CHECK(write_bytes(path, b, n) == 0);
     free(b);
 }
@@ -188,6 +188,7 @@ static void test_npy_roundtrip(void)
     static const int64_t shapes[][4] = {{0}, {5}, {3, 4}, {2, 3, 4}, {1, 0}, {2, 1, 3, 1}, {1}};
     static const fp4_dtype dts[] = {FP4_DT_F32, FP4_DT_F16, FP4_DT_BF16, FP4_DT_U8};
     TMP_PATH(path, "rt.npy");
+    test_rng rng = test_rng_seed(1);
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         for (size_t s = 0; s < sizeof ndims / sizeof ndims[0]; s++) {
             fp4_tensor t, r;
@@ -200,7 +201,7 @@ static void test_npy_roundtrip(void)
             memcpy(t.shape, shapes[s], sizeof t.shape);
             t.nbytes = (size_t)fp4_tensor_numel(&t) * fp4_dtype_size(t.dtype);
             t.data = malloc(t.nbytes + 1);
-            fill_random(t.data, t.nbytes);
+            fill_random(&rng, t.data, t.nbytes);
             CHECK_MSG(fp4_npy_write(path, &t, &e) == FP4_OK, "write: %s", e.msg);
             CHECK_MSG(fp4_npy_read(path, &r, &e) == FP4_OK, "read: %s", e.msg);
             CHECK(r.dtype == t.dtype);
@@ -478,8 +479,9 @@ static void test_npy_truncated(void)
     fp4_tensor t;
     fp4_err e = {FP4_OK, ""};
     float v[12];
+    test_rng rng = test_rng_seed(2);
     memset(&t, 0, sizeof t);
-    fill_random(v, sizeof v);
+    fill_random(&rng, v, sizeof v);
     t.dtype = FP4_DT_F32;
     t.ndim = 2;
     t.shape[0] = 3;
@@ -563,7 +565,7 @@ static void write_st_raw(const char *path, uint64_t hlen, const char *json, size
     if (hlen == UINT64_MAX) hlen = jl;
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(hlen >> (8 * i));
     memcpy(b + 8, json, jl);
-    fill_random(b + 8 + jl, ndata);
+    fill_filler(b + 8 + jl, ndata, n);
     CHECK(write_bytes(path, b, n) == 0);
     free(b);
 }
@@ -598,6 +600,7 @@ static void test_st_roundtrip(void)
                                      FP4_DT_F32};
     static const int nd[6] = {2, 2, 0, 1, 3, 2};
     static const int64_t shp[6][4] = {{3, 8}, {3, 1}, {0}, {5}, {2, 1, 3}, {0, 4}};
+    test_rng rng = test_rng_seed(3);
     memset(w, 0, sizeof w);
     for (int i = 0; i < 6; i++) {
         snprintf(w[i].name, sizeof w[i].name, "t%d.%s", 5 - i, fp4_dtype_name(dts[i]));
@@ -606,7 +609,7 @@ static void test_st_roundtrip(void)
         memcpy(w[i].shape, shp[i], sizeof w[i].shape);
         w[i].nbytes = (size_t)fp4_tensor_numel(&w[i]) * fp4_dtype_size(dts[i]);
         w[i].data = malloc(w[i].nbytes + 1);
-        fill_random(w[i].data, w[i].nbytes);
+        fill_random(&rng, w[i].data, w[i].nbytes);
         total += w[i].nbytes;
     }
     CHECK_MSG(fp4_safetensors_write(p, w, 6, &e) == FP4_OK, "%s", e.msg);
@@ -825,9 +828,10 @@ static void test_nvfp4(void)
     int c = 0;
     uint8_t codes[512], scales[64];
     float gs = 0.125f, is = 2.0f, nanv = NAN;
+    test_rng rng = test_rng_seed(4);
 
     memset(&q, 0, sizeof q);
-    for (int64_t i = 0; i < rows * k; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) / 137.0f;
+    for (int64_t i = 0; i < rows * k; i++) x[i] = (float)((int)((test_rng_u64(&rng) >> 16) % 2001) - 1000) / 137.0f;
     CHECK_MSG(fp4_quantize_f32(x, rows, k, 0.0f, &q, &e) == FP4_OK, "%s", e.msg);
     CHECK_MSG(fp4_nvfp4_save(p, &q, 0.5f, &e) == FP4_OK, "%s", e.msg);
     CHECK_MSG(fp4_nvfp4_load(p, &m, &e) == FP4_OK, "%s", e.msg);
@@ -886,7 +890,7 @@ static void test_nvfp4(void)
     CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) == FP4_ERR_INVALID_ARG);
 
     /* hand-made checkpoints, wrong in one way each */
-    fill_random(codes, sizeof codes);
+    fill_random(&rng, codes, sizeof codes);
     memset(scales, 0x38, sizeof scales);
     make_ckpt(ts, codes, scales, &gs, &is, 4, 32);
     CHECK(fp4_safetensors_write(p, ts, 4, &e) == FP4_OK);

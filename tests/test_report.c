@@ -10,7 +10,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "fp4/bench.h"
+#include "fp4/engine.h"
+#include "fp4/report.h"
 
 static char tmpdir[64];
 

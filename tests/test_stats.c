@@ -1,10 +1,12 @@
 /* Statistics and the stopping rule: quantiles and medians on hand-checked
- * samples, the order-statistic CI ranks, and the stopping rule's edges. */
+ * samples, the order-statistic CI ranks, and the stopping rule's edges; and
+ * the settings' defaults and names (the engine's side of the stopping rule). */
 #include <math.h>
 #include <string.h>
 
 #include "check.h"
-#include "fp4/bench.h"
+#include "fp4/engine.h"
+#include "fp4/stats.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * (1.0 + fabs(b)); }
 

@@ -221,6 +221,7 @@ static void test_bytes(void)
         CHECK(w->flops == NULL && w->variant != NULL);
         CHECK(w->bytes_moved && w->bytes_moved(&big) == fp4_w4a4_step_bytes(&big));
         CHECK(w->math == FP4_MATH_BF16_TC);
+        CHECK(q->set_warnings && w->set_warnings); /* their cleanup failures reach the caller */
     }
 #endif
 }

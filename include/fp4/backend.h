@@ -16,7 +16,8 @@
  *   poison / run / read_output        per copy; run() must be asynchronous on the
  *                                     given stream and capturable in a CUDA graph
  *                                     (no allocation, no synchronisation)
- *   release(plan), close(inst)
+ *   release(plan), close(inst)        cannot fail; a cleanup call that fails
+ *                                     becomes a warning (set_warnings)
  *
  * External backends are shared objects exporting FP4_BACKEND_ENTRY_SYMBOL
  * returning a table whose api_version equals FP4_BACKEND_API_VERSION.
@@ -28,13 +29,14 @@
 #include <stdint.h>
 
 #include "fp4/format.h"
+#include "fp4/reference.h" /* the oracle, declared here for every backend's use */
 #include "fp4/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define FP4_BACKEND_API_VERSION 2 /* 2: the optional flops slot */
+#define FP4_BACKEND_API_VERSION 3 /* 2: the optional flops slot; 3: set_warnings */
 #define FP4_BACKEND_ENTRY_SYMBOL "fp4_backend_entry"
 
 typedef struct fp4_shape {
@@ -101,6 +103,12 @@ typedef struct fp4_backend_ops {
      * A backend that times something other than the GEMM (the quantizer row)
      * says what it does here; 0 means no FLOP ceiling applies. */
     double (*flops)(const fp4_shape *s);
+    /* Optional (NULL: the backend records none): where the instance records
+     * warnings, above all cleanup calls in release() and close() that failed
+     * (they cannot fail their caller, and the library prints nothing). Called
+     * once, right after a successful open(); w belongs to the caller and
+     * stays valid until close(inst) returns. */
+    void (*set_warnings)(void *inst, fp4_warnings *w);
 } fp4_backend_ops;
 
 typedef const fp4_backend_ops *(*fp4_backend_entry_fn)(void);
@@ -121,18 +129,6 @@ void fp4_backend_unload(void *handle);
 
 /* Check a table before use (version, name, mandatory slots). */
 fp4_status fp4_backend_validate(const fp4_backend_ops *ops, fp4_err *err);
-
-/* ---- the exact CPU reference ---------------------------------------------- */
-
-/* d[m, n] (fp32) = alpha * A * B^T, exactly accumulated (see docs/FORMAT.md:
- * integer sums, exact for K <= 2^20; the one rounding is of the final value to
- * double and then to fp32). threads <= 0: one per online core. */
-fp4_status fp4_gemm_reference(const fp4_matrix *a, const fp4_matrix *b, float alpha,
-                              float *d, int threads, fp4_err *err);
-/* One element by the obvious double loop over dequantized values: slow and
- * independent of fp4_gemm_reference, for spot checks. */
-double fp4_gemm_naive_element(const fp4_matrix *a, const fp4_matrix *b, float alpha,
-                              int64_t row, int64_t col);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,154 @@
-/* fp4bench: the measurement engine.
+/* fp4bench: the measurement engine, its settings and its results.
  *
- * For each case: build reproducible operands, compute the exact reference
- * once, then for each backend: prepare (timed apart), verify on poisoned
- * output, and time all verified backends interleaved in rounds
+ * A run measures a list of cases (shape + label, fp4/shapes.h) on a list of
+ * backends. Each (case, backend) gives one row: verified against the exact
+ * reference first, then timed (cold L2 by default), or marked unsupported /
+ * FAILED with the reason. Times are microseconds per GEMM call.
+ *
+ * For each case the engine builds reproducible operands, computes the exact
+ * reference once, then for each backend: prepare (timed apart), verify on
+ * poisoned output, and time all verified backends interleaved in rounds
  * (A B C A B C ...) on identical inputs, cold L2 by default. See
- * docs/MEASUREMENT.md for every rule. */
+ * docs/MEASUREMENT.md for every rule. Writing the results out (table, JSON,
+ * CSV, compare) is fp4/report.h. */
 #ifndef FP4_ENGINE_H
 #define FP4_ENGINE_H
 
-#include "fp4/bench.h"
+#include <stdint.h>
+
+#include "fp4/backend.h"
+#include "fp4/device.h"
 #include "fp4/shapes.h"
+#include "fp4/stats.h"
+#include "fp4/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define FP4_NAME_LEN 48 /* a backend or kernel-variant name in a row */
+
+/* ---- settings ---------------------------------------------------------------- */
+
+typedef enum fp4_data_kind {
+    FP4_DATA_GAUSSIAN = 0, /* normal data quantized the way engines do */
+    FP4_DATA_CODES = 1,    /* uniform random codes and scales */
+    FP4_DATA_OUTLIERS = 2  /* heavy-tailed channels */
+} fp4_data_kind;
+const char *fp4_data_kind_name(fp4_data_kind k);
+int fp4_data_kind_parse(const char *s, fp4_data_kind *out); /* 0 ok, -1 unknown */
+
+typedef struct fp4_settings {
+    uint64_t seed;
+    fp4_data_kind data;
+    int hot;                /* 1: L2-resident (no rotation); 0: cold L2 */
+    int use_graphs;         /* 1: CUDA-graph batches (default) */
+    int measure_launch;     /* 1: also time plain launches */
+    double warmup_ms;       /* default 200 */
+    fp4_stop_rule stop;
+    char baseline[FP4_NAME_LEN]; /* backend the ratio column is against */
+    int keep_samples;       /* put every sample in the JSON */
+    int measure_ceilings;   /* measure bandwidth and bf16 rate (GPU) */
+    int verify_only;        /* verify, do not time */
+} fp4_settings;
+
+void fp4_settings_default(fp4_settings *s);
+
+/* ---- ceilings ------------------------------------------------------------------ */
+
+typedef struct fp4_ceilings {
+    int measured;
+    double read_gbps;    /* streaming read bandwidth, GB/s (1e9) */
+    /* Tensor rates at 8192^3, TFLOP/s, 0 if not measured. The first two are
+     * measured interleaved with a light phase as long as each sample (as rows
+     * run; the roofline uses them), the sustained ones back to back. */
+    double bf16_tflops;  /* cuBLAS bf16 */
+    double fp8_tflops;   /* cuBLASLt fp8 */
+    double bf16_sustained_tflops;
+    double fp8_sustained_tflops;
+    double light_ratio;  /* light phase / sample length of the interleaved rates */
+    double cpu_gflops;   /* for CPU rows: the reference's own measured rate */
+} fp4_ceilings;
+
+/* ---- rows and the report they make up ---------------------------------------------- */
+
+typedef enum fp4_row_state {
+    FP4_ROW_OK = 0,
+    FP4_ROW_UNSUPPORTED = 1,
+    FP4_ROW_FAILED = 2
+} fp4_row_state;
+/* "ok", "unsupported", "FAILED": the spelling of the table, CSV and JSON. */
+const char *fp4_row_state_name(fp4_row_state s);
+
+typedef struct fp4_telemetry {
+    int valid;
+    double sm_clock_mhz;      /* median over the measurement */
+    double sm_clock_min_mhz;
+    double mem_clock_mhz;
+    double power_w;
+    double temp_c;
+    unsigned long long throttle_reasons; /* OR of NVML's bitmask over samples */
+    int low_clock_samples;   /* samples with SM clock < 90% of the warm-up clock */
+} fp4_telemetry;
+
+typedef struct fp4_row {
+    char label[FP4_LABEL_LEN];
+    fp4_shape shape;
+    char backend[FP4_NAME_LEN];
+    char variant[FP4_NAME_LEN]; /* which kernel actually ran, if the backend says */
+    fp4_row_state state;
+    char reason[FP4_ERR_MSG_LEN]; /* for unsupported / FAILED */
+
+    /* verification against the exact reference */
+    int verified;      /* 1 passed, 0 failed or not run, -1 this is the reference */
+    char verify_note[192];
+    double err_max, err_norm; /* max|D-R|/max|R|, ||D-R||/||R|| */
+
+    /* measurement */
+    char l2[8];        /* "cold" or "hot" */
+    char timing[8];    /* "graph", "launch" or "host" */
+    int copies;        /* operand sets rotated through */
+    int batch;         /* calls per sample */
+    double rotation_bytes; /* bytes one rotation touches */
+    fp4_stats t;       /* per-call time, us */
+    fp4_stats t_launch; /* plain launches, us (count 0: not measured) */
+    int timed_out;
+    double *samples;   /* every per-call sample, us (owned by the row) */
+    int nsamples;
+    double prepare_ms;
+
+    double flops, bytes;
+    double tflops, gbps;
+    double floor_us;     /* roofline floor max(bytes/BW, flops/rate) */
+    double pct_roofline; /* 100 * floor / median */
+    double pct_peak;     /* 100 * achieved / datasheet peak of its math (<0: unknown) */
+
+    int has_ratio;       /* ratio vs the baseline backend */
+    double ratio, ratio_lo, ratio_hi; /* baseline time / this time, median and 95% CI */
+
+    fp4_telemetry tel;
+} fp4_row;
+
+/* The results of a run: where and how it measured, and its rows. */
+typedef struct fp4_report {
+    char version[32];
+    char commit[48];
+    char started[40];  /* ISO 8601 UTC */
+    char host[64];
+    char command[512]; /* the command line */
+    fp4_device_info dev;
+    fp4_ceilings ceil;
+    fp4_settings set;
+    fp4_row *rows;
+    int nrows;
+    int cap;
+} fp4_report;
+
+/* Append a row (copied; the row's samples pointer is taken over). */
+fp4_status fp4_report_add(fp4_report *r, const fp4_row *row, fp4_err *err);
+void fp4_report_free(fp4_report *r);
+
+/* ---- the engine ------------------------------------------------------------------ */
 
 typedef struct fp4_engine fp4_engine;
 
@@ -24,7 +159,17 @@ typedef void (*fp4_row_callback)(const fp4_report *report, const fp4_row *row, v
  * fills report->dev and report->set. */
 fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_engine **out,
                              fp4_err *err);
-void fp4_engine_destroy(fp4_engine *e);
+
+/* Close the backends the engine opened and free it. Cleanup failures do not
+ * fail a measurement: the engine collects them as warnings, its own (a CUDA
+ * event, stream or graph that could not be destroyed) and those of the
+ * backends it opened (given its sink through their set_warnings slot), and
+ * appends them all here to *warnings, those of this shutdown included.
+ * warnings may be NULL (they are dropped); e may be NULL. */
+void fp4_engine_destroy(fp4_engine *e, fp4_warnings *warnings);
+
+/* The warnings collected so far (see fp4_engine_destroy); valid while e is. */
+const fp4_warnings *fp4_engine_warnings(const fp4_engine *e);
 
 /* Measure the ceilings into report->ceil: read bandwidth, and the bf16 and
  * fp8 tensor rates both ways (fp4_engine_measure_rate); the interleaved rates
@@ -62,7 +207,8 @@ fp4_status fp4_engine_run_case(fp4_engine *e, const fp4_case *c, int case_index,
                                fp4_report *report, fp4_row_callback cb, void *user,
                                fp4_err *err);
 
-/* Whether a backend can run here: opens and closes it, reason in err. */
+/* Whether a backend can run here, the reason in err if not. Opens it once
+ * per engine (fp4_engine_destroy closes it), as a case would. */
 fp4_status fp4_engine_probe_backend(fp4_engine *e, const fp4_backend_ops *ops, fp4_err *err);
 
 /* The comparison of a result with the reference (used by the engine and by

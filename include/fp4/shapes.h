@@ -4,11 +4,12 @@
 #define FP4_SHAPES_H
 
 #include "fp4/backend.h"
-#include "fp4/bench.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define FP4_LABEL_LEN 64 /* a case's label, with its NUL */
 
 typedef struct fp4_case {
     fp4_shape shape;

@@ -56,6 +56,36 @@ void fp4_err_clear(fp4_err *err);
 /* The message of err, or the status name when the message is empty. */
 const char *fp4_err_text(const fp4_err *err);
 
+/* Warnings: something went wrong that does not fail the operation, above all
+ * a cleanup call (cudaFree, cudaEventDestroy, cublasDestroy, ...) that
+ * failed, which usually means an earlier kernel broke the CUDA context. The
+ * library prints nothing: code that meets a warning adds it to an
+ * fp4_warnings that its caller owns (the engine keeps one for itself and for
+ * the backends it drives), and the program decides what to show. */
+#define FP4_WARN_TEXT_LEN 1024
+
+typedef struct fp4_warnings {
+    int count;                    /* warnings added, including any dropped from text */
+    char text[FP4_WARN_TEXT_LEN]; /* the first ones, one per line, each ending in '\n' */
+} fp4_warnings;
+
+/* Add one warning (printf-style, one line, no trailing newline) to w. A NULL
+ * w ignores it; a line that no longer fits in text is counted but dropped. */
+void fp4_warn(fp4_warnings *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Add every warning of src to dst (counts add up; lines as space allows). */
+void fp4_warnings_append(fp4_warnings *dst, const fp4_warnings *src);
+
+/* How many warnings of w are not in its text (count minus the lines kept). */
+int fp4_warnings_dropped(const fp4_warnings *w);
+
+/* Reset w to no warnings. */
+void fp4_warnings_clear(fp4_warnings *w);
+
 /* Overflow-checked size arithmetic: 0 on success, -1 when the result does not
  * fit in size_t (or an operand is negative). */
 int fp4_size_mul(size_t a, size_t b, size_t *out);

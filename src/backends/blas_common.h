@@ -3,16 +3,15 @@
  * FP4_ERR_CUBLAS with file, line, the failing call and cuBLAS's status name;
  * the problem validation every prepare() runs; and the host-side decoding of
  * NVFP4 rows into plain floats (without the global scale). CUDA-only: include
- * from .cu files, after gpu_common.h. */
+ * from .cu files. */
 #ifndef FP4_BLAS_COMMON_H
 #define FP4_BLAS_COMMON_H
 
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "fp4/backend.h"
 #include "fp4/format.h"
 #include "fp4/status.h"
@@ -37,18 +36,17 @@
         }                                                                                          \
     } while (0)
 
-/* The cuBLAS / cuBLASLt side of FP4_CUDA_RELEASE (gpu_common.h): destroy
- * calls cannot fail their caller, but a failure prints one line on stderr,
- * "fp4bench: warning: FILE:LINE: CALL failed: STATUS (n)". Returns 1 if the
- * call failed, else 0. */
-static inline int fp4_blas_released(cublasStatus_t s, const char *call, const char *file, int line)
+/* The cuBLAS / cuBLASLt side of FP4_CUDA_CLEANUP (core/gpu.h): destroy calls
+ * cannot fail their caller; a failure adds "FILE:LINE: CALL failed: STATUS
+ * (n)" to w (NULL: only counted). Returns 1 if the call failed, else 0. */
+static inline int fp4_blas_cleanup(cublasStatus_t s, const char *call, const char *file, int line,
+                                   fp4_warnings *w)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
-    fprintf(stderr, "fp4bench: warning: %s:%d: %s failed: %s (%d)\n", file, line, call,
-            cublasGetStatusName(s), (int)s);
+    fp4_warn(w, "%s:%d: %s failed: %s (%d)", file, line, call, cublasGetStatusName(s), (int)s);
     return 1;
 }
-#define FP4_CUBLAS_RELEASE(call) fp4_blas_released((call), #call, __FILE__, __LINE__)
+#define FP4_CUBLAS_CLEANUP(w, call) fp4_blas_cleanup((call), #call, __FILE__, __LINE__, (w))
 
 /* Largest number of operand copies a plan accepts (a sanity bound, not a
  * memory check: the allocations report their own failures). */

@@ -9,9 +9,14 @@
 extern "C" void fp4_lt_close(fp4_lt_inst *inst)
 {
     if (!inst) return;
-    if (inst->lt) FP4_CUBLAS_RELEASE(cublasLtDestroy(inst->lt));
-    fp4_gpu_free(inst->ws, "cuBLASLt workspace");
+    if (inst->lt) FP4_CUBLAS_CLEANUP(inst->warn, cublasLtDestroy(inst->lt));
+    fp4_gpu_release(inst->ws, "cuBLASLt workspace", inst->warn);
     free(inst);
+}
+
+extern "C" void fp4_lt_set_warnings(void *inst, fp4_warnings *w)
+{
+    ((fp4_lt_inst *)inst)->warn = w;
 }
 
 extern "C" fp4_status fp4_lt_open(fp4_lt_inst **out, fp4_err *err)
@@ -45,12 +50,12 @@ extern "C" fp4_status fp4_lt_gemm_init(fp4_lt_gemm *g, const fp4_shape *s, cudaD
     return FP4_OK;
 }
 
-extern "C" void fp4_lt_gemm_destroy(fp4_lt_gemm *g)
+extern "C" void fp4_lt_gemm_destroy(fp4_lt_gemm *g, fp4_warnings *w)
 {
     if (!g) return;
-    if (g->la) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->la));
-    if (g->lb) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->lb));
-    if (g->ld) FP4_CUBLAS_RELEASE(cublasLtMatrixLayoutDestroy(g->ld));
+    if (g->la) FP4_CUBLAS_CLEANUP(w, cublasLtMatrixLayoutDestroy(g->la));
+    if (g->lb) FP4_CUBLAS_CLEANUP(w, cublasLtMatrixLayoutDestroy(g->lb));
+    if (g->ld) FP4_CUBLAS_CLEANUP(w, cublasLtMatrixLayoutDestroy(g->ld));
     g->la = g->lb = g->ld = NULL;
 }
 
@@ -123,7 +128,7 @@ extern "C" fp4_status fp4_lt_pick_algo(const fp4_lt_inst *inst, fp4_lt_gemm *g,
     }
     g->algo = res.algo;
 out:
-    if (pref) FP4_CUBLAS_RELEASE(cublasLtMatmulPreferenceDestroy(pref));
+    if (pref) FP4_CUBLAS_CLEANUP(inst->warn, cublasLtMatmulPreferenceDestroy(pref));
     return st;
 }
 

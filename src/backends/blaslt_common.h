@@ -14,7 +14,7 @@
 #include <cublasLt.h>
 #include <stdint.h>
 
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "fp4/backend.h"
 #include "fp4/status.h"
 
@@ -29,13 +29,18 @@ extern "C" {
 
 typedef struct fp4_lt_inst {
     cublasLtHandle_t lt;
-    void *ws; /* FP4_LT_WORKSPACE_BYTES */
+    void *ws;           /* FP4_LT_WORKSPACE_BYTES */
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
 } fp4_lt_inst;
 
 /* Creates the handle and the workspace; on failure nothing is left. The
  * caller has checked the device. */
 fp4_status fp4_lt_open(fp4_lt_inst **out, fp4_err *err);
+/* Destroys both; a failed destroy is a warning in inst->warn. */
 void fp4_lt_close(fp4_lt_inst *inst);
+/* The backends' set_warnings slot: every backend on this plumbing keeps its
+ * sink in its fp4_lt_inst. */
+void fp4_lt_set_warnings(void *inst, fp4_warnings *w);
 
 /* The part of a plan that depends on the shape but not on the copy. */
 typedef struct fp4_lt_gemm {
@@ -46,10 +51,11 @@ typedef struct fp4_lt_gemm {
 
 /* The three layouts for shape s with operands of type `operand` (counted in
  * elements) and a bf16 D. On failure the caller still calls
- * fp4_lt_gemm_destroy, which frees what was made. */
+ * fp4_lt_gemm_destroy, which frees what was made (a failed destroy is a
+ * warning in w). */
 fp4_status fp4_lt_gemm_init(fp4_lt_gemm *g, const fp4_shape *s, cudaDataType_t operand,
                             fp4_err *err);
-void fp4_lt_gemm_destroy(fp4_lt_gemm *g);
+void fp4_lt_gemm_destroy(fp4_lt_gemm *g, fp4_warnings *w);
 
 /* A TN matmul descriptor, 32F compute and scale type, with the device scale
  * pointers of our A and of our B (NULL: not set); scale_mode >= 0 also sets

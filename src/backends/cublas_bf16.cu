@@ -26,7 +26,7 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 
 /* cuBLAS workspace, set explicitly so that cuBLAS never allocates one while a
  * CUDA graph is being captured. 32 MiB is what cuBLAS itself asks for on
@@ -36,6 +36,7 @@ extern "C" {
 typedef struct bf16_inst {
     cublasHandle_t h;
     void *ws;
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
 } bf16_inst;
 
 typedef struct bf16_copy {
@@ -56,9 +57,14 @@ static void bf16_close(void *inst)
 {
     bf16_inst *b = (bf16_inst *)inst;
     if (!b) return;
-    if (b->h) FP4_CUBLAS_RELEASE(cublasDestroy(b->h));
-    fp4_gpu_free(b->ws, "cublas-bf16 workspace");
+    if (b->h) FP4_CUBLAS_CLEANUP(b->warn, cublasDestroy(b->h));
+    fp4_gpu_release(b->ws, "cublas-bf16 workspace", b->warn);
     free(b);
+}
+
+static void bf16_set_warnings(void *inst, fp4_warnings *w)
+{
+    ((bf16_inst *)inst)->warn = w;
 }
 
 /* Needs bf16 tensor cores (sm_80+). Creates the handle and its workspace. */
@@ -95,11 +101,12 @@ static void bf16_release(void *plan)
 {
     bf16_plan *p = (bf16_plan *)plan;
     if (!p) return;
+    fp4_warnings *w = p->inst ? p->inst->warn : NULL;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].a, "cublas-bf16 A");
-            fp4_gpu_free(p->c[i].b, "cublas-bf16 B");
-            fp4_gpu_free(p->c[i].d, "cublas-bf16 D");
+            fp4_gpu_release(p->c[i].a, "cublas-bf16 A", w);
+            fp4_gpu_release(p->c[i].b, "cublas-bf16 B", w);
+            fp4_gpu_release(p->c[i].d, "cublas-bf16 D", w);
         }
         free(p->c);
     }
@@ -246,5 +253,7 @@ extern "C" const fp4_backend_ops fp4_backend_cublas_bf16 = {
     bf16_read_output, /* read_output */
     bf16_release,     /* release */
     bf16_bytes_moved, /* bytes_moved */
-    NULL,             /* variant: the kernel is cuBLAS's choice, not ours to name */
+    NULL,              /* variant: the kernel is cuBLAS's choice, not ours to name */
+    NULL,              /* flops: 2MNK */
+    bf16_set_warnings, /* set_warnings */
 };

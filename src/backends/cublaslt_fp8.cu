@@ -45,7 +45,7 @@ extern "C" {
 }
 #include "backends/blas_common.h"
 #include "backends/blaslt_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 
 typedef struct fp8_copy {
     void *a;                 /* [m, k] e4m3 */
@@ -92,17 +92,18 @@ static void fp8_release(void *plan)
 {
     fp8_plan *p = (fp8_plan *)plan;
     if (!p) return;
+    fp4_warnings *w = p->inst ? p->inst->warn : NULL;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].a, "cublaslt-fp8 A");
-            fp4_gpu_free(p->c[i].b, "cublaslt-fp8 B");
-            fp4_gpu_free(p->c[i].scales, "cublaslt-fp8 scales");
-            fp4_gpu_free(p->c[i].d, "cublaslt-fp8 D");
-            if (p->c[i].op) FP4_CUBLAS_RELEASE(cublasLtMatmulDescDestroy(p->c[i].op));
+            fp4_gpu_release(p->c[i].a, "cublaslt-fp8 A", w);
+            fp4_gpu_release(p->c[i].b, "cublaslt-fp8 B", w);
+            fp4_gpu_release(p->c[i].scales, "cublaslt-fp8 scales", w);
+            fp4_gpu_release(p->c[i].d, "cublaslt-fp8 D", w);
+            if (p->c[i].op) FP4_CUBLAS_CLEANUP(w, cublasLtMatmulDescDestroy(p->c[i].op));
         }
         free(p->c);
     }
-    fp4_lt_gemm_destroy(&p->g);
+    fp4_lt_gemm_destroy(&p->g, w);
     free(p);
 }
 
@@ -264,4 +265,6 @@ extern "C" const fp4_backend_ops fp4_backend_cublaslt_fp8 = {
     fp8_release,     /* release */
     fp8_bytes_moved, /* bytes_moved */
     NULL,            /* variant: the kernel is cuBLAS's choice, not ours to name */
+    NULL,            /* flops: 2MNK */
+    fp4_lt_set_warnings, /* set_warnings */
 };

@@ -25,7 +25,7 @@ extern "C" {
 }
 #include "backends/blas_common.h"
 #include "backends/blaslt_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 
 typedef struct nvfp4_copy {
     void *a, *b;             /* codes [m, k/2], [n, k/2] */
@@ -78,18 +78,19 @@ static void nvfp4_release(void *plan)
 {
     nvfp4_plan *p = (nvfp4_plan *)plan;
     if (!p) return;
+    fp4_warnings *w = p->inst ? p->inst->warn : NULL;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].a, "cublaslt-nvfp4 A codes");
-            fp4_gpu_free(p->c[i].b, "cublaslt-nvfp4 B codes");
-            fp4_gpu_free(p->c[i].sa, "cublaslt-nvfp4 A scales");
-            fp4_gpu_free(p->c[i].sb, "cublaslt-nvfp4 B scales");
-            fp4_gpu_free(p->c[i].d, "cublaslt-nvfp4 D");
-            if (p->c[i].op) FP4_CUBLAS_RELEASE(cublasLtMatmulDescDestroy(p->c[i].op));
+            fp4_gpu_release(p->c[i].a, "cublaslt-nvfp4 A codes", w);
+            fp4_gpu_release(p->c[i].b, "cublaslt-nvfp4 B codes", w);
+            fp4_gpu_release(p->c[i].sa, "cublaslt-nvfp4 A scales", w);
+            fp4_gpu_release(p->c[i].sb, "cublaslt-nvfp4 B scales", w);
+            fp4_gpu_release(p->c[i].d, "cublaslt-nvfp4 D", w);
+            if (p->c[i].op) FP4_CUBLAS_CLEANUP(w, cublasLtMatmulDescDestroy(p->c[i].op));
         }
         free(p->c);
     }
-    fp4_lt_gemm_destroy(&p->g);
+    fp4_lt_gemm_destroy(&p->g, w);
     free(p);
 }
 
@@ -226,4 +227,6 @@ extern "C" const fp4_backend_ops fp4_backend_cublaslt_nvfp4 = {
     nvfp4_release,     /* release */
     nvfp4_bytes_moved, /* bytes_moved */
     NULL,              /* variant: the kernel is cuBLAS's choice, not ours to name */
+    NULL,              /* flops: 2MNK */
+    fp4_lt_set_warnings, /* set_warnings */
 };

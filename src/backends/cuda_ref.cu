@@ -10,11 +10,12 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "kernels/ref_gemm.h"
 
 typedef struct ref_inst {
-    int major, minor; /* compute capability of the device at open() */
+    int major, minor;   /* compute capability of the device at open() */
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
 } ref_inst;
 
 /* One independent operand + output set: the codes and plain row-major scales
@@ -25,6 +26,7 @@ typedef struct ref_copy {
 } ref_copy;
 
 typedef struct ref_plan {
+    fp4_warnings *warn; /* the instance's, for release() */
     fp4_shape shape;
     float alpha;
     int copies;
@@ -51,6 +53,11 @@ static void ref_close(void *inst)
     free(inst);
 }
 
+static void ref_set_warnings(void *inst, fp4_warnings *w)
+{
+    ((ref_inst *)inst)->warn = w;
+}
+
 /* Every valid shape with K <= 2^20 (exactness) and M within the grid limit. */
 static fp4_status ref_supports(void *inst, const fp4_shape *s, fp4_err *err)
 {
@@ -64,11 +71,11 @@ static void ref_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].a, "cuda-ref A codes");
-            fp4_gpu_free(p->c[i].sa, "cuda-ref A scales");
-            fp4_gpu_free(p->c[i].b, "cuda-ref B codes");
-            fp4_gpu_free(p->c[i].sb, "cuda-ref B scales");
-            fp4_gpu_free(p->c[i].d, "cuda-ref D");
+            fp4_gpu_release(p->c[i].a, "cuda-ref A codes", p->warn);
+            fp4_gpu_release(p->c[i].sa, "cuda-ref A scales", p->warn);
+            fp4_gpu_release(p->c[i].b, "cuda-ref B codes", p->warn);
+            fp4_gpu_release(p->c[i].sb, "cuda-ref B scales", p->warn);
+            fp4_gpu_release(p->c[i].d, "cuda-ref D", p->warn);
         }
         free(p->c);
     }
@@ -98,6 +105,7 @@ static fp4_status ref_prepare(void *inst, const fp4_gemm_problem *pr, int copies
 
     ref_plan *p = (ref_plan *)calloc(1, sizeof *p);
     if (!p) return fp4_fail(err, FP4_ERR_NOMEM, "cuda-ref: no host memory for the plan");
+    p->warn = ((ref_inst *)inst)->warn;
     p->shape = *s;
     p->alpha = pr->alpha;
     p->c = (ref_copy *)calloc((size_t)copies, sizeof *p->c);
@@ -179,5 +187,7 @@ extern "C" const fp4_backend_ops fp4_backend_cuda_ref = {
     ref_read_output,                                            /* read_output */
     ref_release,                                                /* release */
     ref_bytes_moved,                                            /* bytes_moved */
-    NULL, /* variant: one kernel, nothing to name */
+    NULL,             /* variant: one kernel, nothing to name */
+    NULL,             /* flops: 2MNK */
+    ref_set_warnings, /* set_warnings */
 };

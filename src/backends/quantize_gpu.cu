@@ -24,7 +24,7 @@ extern "C" {
 #include "backends/w4a4_host.h"
 }
 #include "backends/blas_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "kernels/fp4_quantize.h"
 #include "kernels/ref_gemm.h"
 
@@ -71,7 +71,12 @@ typedef struct qz_copy {
     uint8_t *sf;    /* swizzled, fp4_swizzled_size(m, k) */
 } qz_copy;
 
+typedef struct qz_inst {
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
+} qz_inst;
+
 typedef struct qz_plan {
+    fp4_warnings *warn; /* the instance's, for release() */
     fp4_shape shape;
     float alpha;        /* the problem's: input_scale * weight_scale_2, a constant */
     float encode_scale; /* 1 / A.global_scale */
@@ -90,12 +95,21 @@ static fp4_status qz_open(void **inst, fp4_err *err)
     *inst = NULL;
     /* as cuda-ref, whose GEMM read_output runs (dp4a); below sm_89 the
      * quantizer's e4m3 conversion is cuda_fp8.h's exact software path */
-    return fp4_gpu_require(7, 0, 0, NULL, NULL, err);
+    fp4_status st = fp4_gpu_require(7, 0, 0, NULL, NULL, err);
+    if (st != FP4_OK) return st;
+    *inst = calloc(1, sizeof(qz_inst));
+    if (!*inst) return fp4_fail(err, FP4_ERR_NOMEM, "quantize: no host memory");
+    return FP4_OK;
 }
 
 static void qz_close(void *inst)
 {
-    (void)inst;
+    free(inst);
+}
+
+static void qz_set_warnings(void *inst, fp4_warnings *w)
+{
+    ((qz_inst *)inst)->warn = w;
 }
 
 /* The reference GEMM behind read_output bounds the shapes. */
@@ -113,17 +127,17 @@ static void qz_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].x, "quantize x");
-            fp4_gpu_free(p->c[i].codes, "quantize codes");
-            fp4_gpu_free(p->c[i].sf, "quantize sf");
+            fp4_gpu_release(p->c[i].x, "quantize x", p->warn);
+            fp4_gpu_release(p->c[i].codes, "quantize codes", p->warn);
+            fp4_gpu_release(p->c[i].sf, "quantize sf", p->warn);
         }
         free(p->c);
     }
-    fp4_gpu_free(p->b_codes, "quantize b_codes");
-    fp4_gpu_free(p->b_sf, "quantize b_sf");
-    fp4_gpu_free(p->a_plain_sf, "quantize a_plain_sf");
-    fp4_gpu_free(p->d, "quantize d");
-    fp4_gpu_free(p->bad_pad, "quantize bad_pad");
+    fp4_gpu_release(p->b_codes, "quantize b_codes", p->warn);
+    fp4_gpu_release(p->b_sf, "quantize b_sf", p->warn);
+    fp4_gpu_release(p->a_plain_sf, "quantize a_plain_sf", p->warn);
+    fp4_gpu_release(p->d, "quantize d", p->warn);
+    fp4_gpu_release(p->bad_pad, "quantize bad_pad", p->warn);
     fp4_matrix_free(&p->want);
     free(p);
 }
@@ -147,6 +161,7 @@ static fp4_status qz_prepare(void *inst, const fp4_gemm_problem *pr, int copies,
         st = fp4_fail(err, FP4_ERR_NOMEM, "quantize: no host memory for the plan");
         goto out;
     }
+    p->warn = ((qz_inst *)inst)->warn;
     p->shape = *s;
     p->alpha = pr->alpha;
     p->copies = copies;
@@ -296,4 +311,5 @@ extern "C" const fp4_backend_ops fp4_backend_quantize = {
     qz_bytes_moved,      /* bytes_moved: 2MK + MK/2 + swizzled scales */
     NULL,                /* variant: one kernel */
     qz_flops,            /* flops: 0 */
+    qz_set_warnings,     /* set_warnings */
 };

@@ -18,10 +18,17 @@ extern "C" {
 #include "backends/w4a4_host.h"
 }
 #include "backends/blas_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "kernels/fp4_quantize.h"
 
+/* fp4-sm90's instance, and where this backend's own cleanup warnings go. */
+typedef struct w4_inst {
+    void *gemm;         /* fp4-sm90's instance */
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
+} w4_inst;
+
 typedef struct w4_plan {
+    fp4_warnings *warn; /* the instance's, for release() */
     void *gemm;      /* the fp4-sm90 plan (A buffers overwritten by the quantizer) */
     fp4_shape shape;
     float encode_scale;
@@ -36,7 +43,7 @@ static void w4_release(void *plan)
     w4_plan *p = (w4_plan *)plan;
     if (!p) return;
     if (p->x)
-        for (int i = 0; i < p->copies; i++) fp4_gpu_free(p->x[i], "w4a4-sm90 bf16 A");
+        for (int i = 0; i < p->copies; i++) fp4_gpu_release(p->x[i], "w4a4-sm90 bf16 A", p->warn);
     free(p->x);
     if (p->gemm) sm90->release(p->gemm);
     free(p);
@@ -72,9 +79,10 @@ static fp4_status w4_prepare(void *inst, const fp4_gemm_problem *pr, int copies,
         st = fp4_fail(err, FP4_ERR_NOMEM, "w4a4-sm90: no host memory for the operands");
         goto out;
     }
+    p->warn = ((w4_inst *)inst)->warn;
     p->shape = *s;
     p->copies = copies;
-    if ((st = sm90->prepare(inst, pr, copies, &p->gemm, err)) != FP4_OK) {
+    if ((st = sm90->prepare(((w4_inst *)inst)->gemm, pr, copies, &p->gemm, err)) != FP4_OK) {
         p->gemm = NULL;
         goto out;
     }
@@ -137,17 +145,37 @@ static double w4_bytes_moved(const fp4_shape *s)
 
 static fp4_status w4_open(void **inst, fp4_err *err)
 {
-    return sm90->open(inst, err); /* exactly sm_90, like fp4-sm90 */
+    *inst = NULL;
+    w4_inst *w = (w4_inst *)calloc(1, sizeof *w);
+    if (!w) return fp4_fail(err, FP4_ERR_NOMEM, "w4a4-sm90: no host memory");
+    fp4_status st = sm90->open(&w->gemm, err); /* exactly sm_90, like fp4-sm90 */
+    if (st != FP4_OK) {
+        free(w);
+        return st;
+    }
+    *inst = w;
+    return FP4_OK;
 }
 
 static void w4_close(void *inst)
 {
-    sm90->close(inst);
+    w4_inst *w = (w4_inst *)inst;
+    if (!w) return;
+    sm90->close(w->gemm);
+    free(w);
+}
+
+/* The sink serves this backend's own buffers and fp4-sm90's, if it takes one. */
+static void w4_set_warnings(void *inst, fp4_warnings *warn)
+{
+    w4_inst *w = (w4_inst *)inst;
+    w->warn = warn;
+    if (sm90->set_warnings) sm90->set_warnings(w->gemm, warn);
 }
 
 static fp4_status w4_supports(void *inst, const fp4_shape *s, fp4_err *err)
 {
-    return sm90->supports(inst, s, err);
+    return sm90->supports(((w4_inst *)inst)->gemm, s, err);
 }
 
 /* Positional: C++17 has no designated initializers. One comment per field. */
@@ -170,4 +198,5 @@ extern "C" const fp4_backend_ops fp4_backend_w4a4_sm90 = {
     w4_bytes_moved,   /* bytes_moved: fp4_w4a4_step_bytes */
     w4_variant_name,  /* variant: the GEMM's */
     NULL,             /* flops: 2MNK */
+    w4_set_warnings,  /* set_warnings */
 };

@@ -1,14 +1,14 @@
-/* The machine: GPU description and NVML telemetry (loaded at run time). */
+/* The machine, the engine's side: NVML telemetry (loaded at run time) and the
+ * datasheet peaks. fp4_device_describe is public (fp4/device.h). */
 #ifndef FP4_BENCH_DEVICE_H
 #define FP4_BENCH_DEVICE_H
 
-#include "fp4/bench.h"
+#include <stddef.h>
+
+#include "fp4/device.h"
 
 /* NVML, loaded with dlopen when present; every field owned by this struct. */
 typedef struct fp4_nvml fp4_nvml;
-
-/* Fill info for CUDA device 0 (present = 0 with the reason when none). */
-void fp4_device_describe(fp4_device_info *info);
 
 /* Open NVML for the current CUDA device; NULL (and a reason) when NVML or the
  * device is absent: telemetry is optional. */

@@ -17,11 +17,14 @@
 #include "bench/device.h"
 #include "bench/inputs.h"
 #include "fp4/backend.h"
+#include "fp4/reference.h"
 
 #ifdef FP4_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backends/gpu_common.h"
+#include "bench/light_phase.h"
+#include "core/cuda_check.h"
+#include "core/gpu.h"
 #include "kernels/probe.h"
 #endif
 
@@ -51,6 +54,9 @@ struct fp4_engine {
     /* > 0 only while a rate is measured interleaved: after every sample a
      * light phase of light_ratio times the sample's length */
     double light_ratio;
+    /* cleanup failures of the engine and of the backends it opened (their
+     * set_warnings slot points here), until fp4_engine_destroy hands them on */
+    fp4_warnings warn;
 #ifdef FP4_HAVE_CUDA
     cudaStream_t stream;
     cudaEvent_t ev0, ev1;
@@ -120,7 +126,7 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
             cudaMalloc(&e->flush, e->flush_bytes) != cudaSuccess)
             st = fp4_fail(err, FP4_ERR_CUDA, "cannot allocate the L2 flush buffer");
         if (st != FP4_OK) {
-            fp4_engine_destroy(e);
+            fp4_engine_destroy(e, NULL); /* the error says it all */
             return st;
         }
         e->nvml = fp4_nvml_open(why, sizeof why);
@@ -137,19 +143,25 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
     return FP4_OK;
 }
 
-void fp4_engine_destroy(fp4_engine *e)
+void fp4_engine_destroy(fp4_engine *e, fp4_warnings *warnings)
 {
     if (!e) return;
     for (int i = 0; i < e->nopen; i++)
         if (e->open[i].st == FP4_OK) e->open[i].ops->close(e->open[i].inst);
     fp4_nvml_close(e->nvml);
 #ifdef FP4_HAVE_CUDA
-    fp4_gpu_free(e->flush, "the L2 flush buffer");
-    if (e->ev0) FP4_CUDA_RELEASE(cudaEventDestroy(e->ev0));
-    if (e->ev1) FP4_CUDA_RELEASE(cudaEventDestroy(e->ev1));
-    if (e->stream) FP4_CUDA_RELEASE(cudaStreamDestroy(e->stream));
+    fp4_gpu_release(e->flush, "the L2 flush buffer", &e->warn);
+    if (e->ev0) FP4_CUDA_CLEANUP(&e->warn, cudaEventDestroy(e->ev0));
+    if (e->ev1) FP4_CUDA_CLEANUP(&e->warn, cudaEventDestroy(e->ev1));
+    if (e->stream) FP4_CUDA_CLEANUP(&e->warn, cudaStreamDestroy(e->stream));
 #endif
+    fp4_warnings_append(warnings, &e->warn);
     free(e);
+}
+
+const fp4_warnings *fp4_engine_warnings(const fp4_engine *e)
+{
+    return e ? &e->warn : NULL;
 }
 
 /* Open a backend once per engine; failures are remembered with their reason. */
@@ -168,6 +180,7 @@ static fp4_status instance_of(fp4_engine *e, const fp4_backend_ops *ops, void **
     fp4_err_clear(&ob->err);
     ob->st = fp4_backend_validate(ops, &ob->err);
     if (ob->st == FP4_OK) ob->st = ops->open(&ob->inst, &ob->err);
+    if (ob->st == FP4_OK && ops->set_warnings) ops->set_warnings(ob->inst, &e->warn);
     if (ob->st != FP4_OK && !ob->err.msg[0])
         fp4_fail(&ob->err, ob->st, "%s", fp4_status_str(ob->st));
     *inst = ob->inst;
@@ -367,7 +380,7 @@ static fp4_status capture_batch(fp4_engine *e, slot *s, fp4_err *err)
     if (ce != cudaSuccess)
         st = fp4_fail(err, FP4_ERR_CUDA, "graph instantiation failed: %s", cudaGetErrorString(ce));
 out:
-    if (graph) FP4_CUDA_RELEASE(cudaGraphDestroy(graph));
+    if (graph) FP4_CUDA_CLEANUP(&e->warn, cudaGraphDestroy(graph));
     /* a failed capture leaves a sticky-free error behind; clear it so the next
      * backend's calls do not report it (only then: a success must not hide a
      * backend's asynchronous error from the checks that follow) */
@@ -591,10 +604,12 @@ static fp4_status verify_copy(fp4_engine *e, slot *s, const fp4_gemm_problem *p,
     return v.pass ? FP4_OK : fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, v.why);
 }
 
-static void slot_free(slot *s)
+static void slot_free(fp4_engine *e, slot *s)
 {
 #ifdef FP4_HAVE_CUDA
-    if (s->exec) FP4_CUDA_RELEASE(cudaGraphExecDestroy(s->exec));
+    if (s->exec) FP4_CUDA_CLEANUP(&e->warn, cudaGraphExecDestroy(s->exec));
+#else
+    (void)e;
 #endif
     if (s->plan) s->ops->release(s->plan);
     free(s->samples);
@@ -883,7 +898,7 @@ out:
     e->light_ratio = 0;
     for (int i = 0; i < nb; i++) {
         if (opt->fail) opt->fail[i] = slots[i].ops ? slots[i].fail : st;
-        slot_free(&slots[i]);
+        slot_free(e, &slots[i]);
     }
     free(slots);
     free(r);

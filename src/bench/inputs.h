@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "fp4/bench.h"
+#include "fp4/engine.h"
 #include "fp4/format.h"
 
 /* A small, fast, seedable generator (xoshiro256**), owned by its user. */

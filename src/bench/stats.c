@@ -1,5 +1,4 @@
-/* Statistics of timing samples, the stopping rule, and the small enum/settings
- * helpers of fp4/bench.h.
+/* Statistics of timing samples and the stopping rule (fp4/stats.h).
  *
  * Quantiles interpolate linearly between order statistics (Hyndman-Fan type 7,
  * numpy's and R's default): the q-quantile of the sorted x[0..n) sits at the
@@ -20,7 +19,7 @@
  * It is +inf for n == 1 (one sample says nothing about its spread) and when
  * the median is not positive, and NaN for n == 0, so a measurement with too
  * few samples never looks converged. */
-#include "fp4/bench.h"
+#include "fp4/stats.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -148,58 +147,4 @@ int fp4_should_stop(const fp4_stop_rule *rule, const fp4_stats *s, double elapse
         return 1;
     }
     return 0;
-}
-
-const char *fp4_data_kind_name(fp4_data_kind k)
-{
-    switch (k) {
-    case FP4_DATA_GAUSSIAN: return "gaussian";
-    case FP4_DATA_CODES: return "codes";
-    case FP4_DATA_OUTLIERS: return "outliers";
-    }
-    return "unknown";
-}
-
-/* 0 and *out set for a known name (exact, lowercase); -1 otherwise, *out kept. */
-int fp4_data_kind_parse(const char *s, fp4_data_kind *out)
-{
-    static const fp4_data_kind kinds[] = {FP4_DATA_GAUSSIAN, FP4_DATA_CODES, FP4_DATA_OUTLIERS};
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        if (strcmp(s, fp4_data_kind_name(kinds[i])) == 0) {
-            if (out) *out = kinds[i];
-            return 0;
-        }
-    }
-    return -1;
-}
-
-const char *fp4_row_state_name(fp4_row_state s)
-{
-    switch (s) {
-    case FP4_ROW_OK: return "ok";
-    case FP4_ROW_UNSUPPORTED: return "unsupported";
-    case FP4_ROW_FAILED: return "FAILED";
-    }
-    return "unknown";
-}
-
-void fp4_settings_default(fp4_settings *s)
-{
-    if (!s) return;
-    memset(s, 0, sizeof *s);
-    s->seed = 1;
-    s->data = FP4_DATA_GAUSSIAN;
-    s->hot = 0;
-    s->use_graphs = 1;
-    s->measure_launch = 0;
-    s->warmup_ms = 200.0;
-    s->stop.min_samples = 10;
-    s->stop.noise_target = 0.005;
-    s->stop.min_time_s = 0.0;
-    s->stop.max_time_s = 10.0;
-    s->baseline[0] = '\0';
-    s->keep_samples = 0;
-    s->measure_ceilings = 1;
-    s->verify_only = 0;
 }

@@ -1,44 +1,7 @@
-/* The fp4bench command-line tool: shared helpers for the subcommands.
- * Exit codes: 0 success; 1 a check failed (verification mismatch, FAILED
- * row, regression); 2 usage error; 3 runtime error (bad file, bad shape,
- * backend or CUDA failure outside a measured row). */
+/* The fp4bench command-line tool: its subcommands, dispatched by main.c.
+ * Each parses its own arguments (cli/args.h) and returns the exit status. */
 #ifndef FP4_CLI_H
 #define FP4_CLI_H
-
-#include "fp4/status.h"
-
-#define EXIT_CHECK 1
-#define EXIT_USAGE 2
-#define EXIT_RUNTIME 3
-
-/* Argument cursor: handles "--flag value" and "--flag=value". */
-typedef struct cli_args {
-    int argc;
-    char **argv;
-    int i;
-    const char *cmd; /* for messages: "fp4bench run" */
-} cli_args;
-
-/* If argv[i] is flag `name` taking a value, store it in *val, advance and
- * return 1; a missing value is a usage error (exits 2). */
-int cli_value(cli_args *a, const char *name, const char **val);
-/* If argv[i] is the boolean flag `name`, advance and return 1. */
-int cli_flag(cli_args *a, const char *name);
-/* Usage error: "fp4bench run: <message>" and exit 2. */
-void cli_usage_error(const cli_args *a, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3), noreturn))
-#endif
-    ;
-/* Runtime error from an fp4_err: "fp4bench: <message>" and exit 3. */
-void cli_die(const char *cmd, const fp4_err *err)
-#if defined(__GNUC__)
-    __attribute__((noreturn))
-#endif
-    ;
-/* Parse numbers from flag values; usage error on junk. */
-double cli_double(const cli_args *a, const char *flag, const char *s);
-long long cli_int(const cli_args *a, const char *flag, const char *s);
 
 int cmd_run(int argc, char **argv, int default_suite);
 int cmd_list(int argc, char **argv);

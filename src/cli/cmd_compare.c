@@ -2,8 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
-#include "fp4/bench.h"
+#include "fp4/report.h"
 
 static const char compare_usage[] =
     "usage: fp4bench compare OLD.json NEW.json [--threshold F]\n"

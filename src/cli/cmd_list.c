@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/device.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "fp4/engine.h"
 #include "fp4/shapes.h"
@@ -47,6 +47,9 @@ int cmd_list(int argc, char **argv)
     printf("\n%-10s %s\n", "preset", "shapes");
     for (int i = 0; i < fp4_preset_count(); i++)
         printf("%-10s %s\n", fp4_preset_name(i), fp4_preset_summary(i));
-    fp4_engine_destroy(engine);
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
+    fp4_engine_destroy(engine, &warn);
+    cli_print_warnings(&warn);
     return 0;
 }

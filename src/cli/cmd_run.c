@@ -5,11 +5,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench/device.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "fp4_version.h"
 #include "fp4/backend.h"
+#include "fp4/device.h"
 #include "fp4/engine.h"
+#include "fp4/report.h"
 #include "fp4/shapes.h"
 
 #define MAX_BACKENDS 32
@@ -282,7 +284,10 @@ int cmd_run(int argc, char **argv, int default_suite)
     if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
 
     if (ctx.csv) fclose(ctx.csv);
-    fp4_engine_destroy(engine);
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
+    fp4_engine_destroy(engine, &warn);
+    cli_print_warnings(&warn);
     fp4_report_free(&report);
     fp4_cases_free(&cases);
     for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);

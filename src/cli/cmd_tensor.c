@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "fp4/backend.h"
 #include "fp4/engine.h"
 #include "fp4/io.h"
+#include "fp4/reference.h"
 
 static const char quantize_usage[] =
     "usage: fp4bench quantize --in X.npy --out W.safetensors [--encode-scale F] [--input-scale F]\n"
@@ -174,7 +176,10 @@ int cmd_gemm(int argc, char **argv)
         fp4_fail(&err, FP4_ERR_NOMEM, "no memory for the output");
         cli_die(a.cmd, &err);
     }
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
     fp4_status st = ops->open(&inst, &err);
+    if (st == FP4_OK && ops->set_warnings) ops->set_warnings(inst, &warn);
     if (st == FP4_OK && ops->supports) st = ops->supports(inst, &shape, &err);
     if (st == FP4_OK) st = ops->prepare(inst, &p, 1, &plan, &err);
     if (st == FP4_OK) st = ops->poison(plan, 0, NULL, &err);
@@ -184,9 +189,11 @@ int cmd_gemm(int argc, char **argv)
     if (st != FP4_OK) {
         fp4_err named;
         fp4_fail(&named, st, "backend %s: %s", name, fp4_err_text(&err));
+        cli_print_warnings(&warn);
         cli_die(a.cmd, &named);
     }
     ops->close(inst);
+    cli_print_warnings(&warn);
     fp4_tensor t = {.dtype = FP4_DT_F32, .ndim = 2, .shape = {shape.m, shape.n}, .data = d,
                     .nbytes = n * sizeof *d};
     if (fp4_npy_write(out, &t, &err) != FP4_OK) cli_die(a.cmd, &err);

@@ -1,11 +1,8 @@
 /* fp4bench: entry point and subcommand dispatch. */
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "fp4_version.h"
 
@@ -29,67 +26,6 @@ static const char usage[] =
     "\n"
     "exit status: 0 ok, 1 a check failed (mismatch, FAILED row, regression),\n"
     "             2 usage error, 3 runtime error (bad file, bad shape, CUDA failure)\n";
-
-int cli_value(cli_args *a, const char *name, const char **val)
-{
-    const char *arg = a->argv[a->i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0) return 0;
-    if (arg[len] == '=') {
-        *val = arg + len + 1;
-        a->i++;
-        return 1;
-    }
-    if (arg[len] != '\0') return 0;
-    if (a->i + 1 >= a->argc) cli_usage_error(a, "%s needs a value", name);
-    *val = a->argv[a->i + 1];
-    a->i += 2;
-    return 1;
-}
-
-int cli_flag(cli_args *a, const char *name)
-{
-    if (strcmp(a->argv[a->i], name) != 0) return 0;
-    a->i++;
-    return 1;
-}
-
-void cli_usage_error(const cli_args *a, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", a->cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, " (see %s --help)\n", a->cmd);
-    exit(EXIT_USAGE);
-}
-
-void cli_die(const char *cmd, const fp4_err *err)
-{
-    fprintf(stderr, "%s: error: %s\n", cmd, fp4_err_text(err));
-    exit(EXIT_RUNTIME);
-}
-
-double cli_double(const cli_args *a, const char *flag, const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
-        cli_usage_error(a, "%s: '%s' is not a number", flag, s);
-    return v;
-}
-
-long long cli_int(const cli_args *a, const char *flag, const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno == ERANGE)
-        cli_usage_error(a, "%s: '%s' is not an integer", flag, s);
-    return v;
-}
 
 int main(int argc, char **argv)
 {

@@ -1,4 +1,4 @@
-/* Status names and the error-message helpers. */
+/* Status names, the error-message helpers and warnings. */
 #include "fp4/status.h"
 
 #include <stdarg.h>
@@ -53,6 +53,60 @@ const char *fp4_err_text(const fp4_err *err)
 {
     if (!err) return "no error information";
     return err->msg[0] ? err->msg : fp4_status_str(err->status);
+}
+
+/* Append line (without its newline) to w's text if it fits whole. */
+static void keep_line(fp4_warnings *w, const char *line, size_t len)
+{
+    size_t used = strnlen(w->text, sizeof w->text);
+    if (used + len + 2 > sizeof w->text) return; /* the line, '\n' and the NUL */
+    memcpy(w->text + used, line, len);
+    w->text[used + len] = '\n';
+    w->text[used + len + 1] = '\0';
+}
+
+void fp4_warn(fp4_warnings *w, const char *fmt, ...)
+{
+    char line[FP4_ERR_MSG_LEN];
+    va_list ap;
+    size_t len;
+    if (!w) return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    len = strcspn(line, "\n"); /* one line per warning */
+    w->count++;
+    keep_line(w, line, len);
+}
+
+void fp4_warnings_append(fp4_warnings *dst, const fp4_warnings *src)
+{
+    const char *p;
+    if (!dst || !src || dst == src) return;
+    p = src->text;
+    while (*p && (size_t)(p - src->text) < sizeof src->text) {
+        size_t len = strcspn(p, "\n");
+        keep_line(dst, p, len);
+        p += len;
+        if (*p == '\n') p++;
+    }
+    dst->count += src->count;
+}
+
+int fp4_warnings_dropped(const fp4_warnings *w)
+{
+    int lines = 0;
+    if (!w) return 0;
+    for (size_t i = 0; i < sizeof w->text && w->text[i]; i++) lines += w->text[i] == '\n';
+    return w->count > lines ? w->count - lines : 0;
+}
+
+void fp4_warnings_clear(fp4_warnings *w)
+{
+    if (w) {
+        w->count = 0;
+        w->text[0] = '\0';
+    }
 }
 
 int fp4_size_mul(size_t a, size_t b, size_t *out)

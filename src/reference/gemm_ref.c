@@ -10,7 +10,7 @@
  * acc -> double (exact while |acc| < 2^53), the product with alpha in double,
  * and the final conversion to fp32.
  * Work is split into (row tile, column tile) tasks taken by pthreads. */
-#include "fp4/backend.h"
+#include "fp4/reference.h"
 
 #include <math.h>
 #include <pthread.h>

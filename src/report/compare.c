@@ -12,7 +12,7 @@
  * "changed"; an unchanged non-ok state is "same". A pair of ok rows lacking a
  * positive finite median on either side is "untimed". Rows only in NEW are
  * "new", rows only in OLD "gone". Regressions = slower + broken. */
-#include "fp4/bench.h"
+#include "fp4/report.h"
 
 #include <math.h>
 #include <stdlib.h>

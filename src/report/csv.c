@@ -3,7 +3,7 @@
  * field containing a comma, a double quote, CR or LF is enclosed in double
  * quotes with inner quotes doubled. Lines end in LF. Unknown or non-finite
  * numbers are empty fields; throttle_reasons is hexadecimal ("0x4"). */
-#include "fp4/bench.h"
+#include "fp4/report.h"
 
 #include <errno.h>
 #include <math.h>

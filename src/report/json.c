@@ -12,7 +12,7 @@
  * have the right type when present. Any violation is FP4_ERR_FORMAT with a
  * message naming the file and the field ("rows[2].time_us.median: expected a
  * number or null"). */
-#include "fp4/bench.h"
+#include "fp4/report.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

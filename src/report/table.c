@@ -1,7 +1,7 @@
 /* The human-readable report: header lines (build, machine, ceilings,
  * settings) and the aligned results table. Output only; nothing here fails
  * (write errors show up on the FILE, which the caller can check). */
-#include "fp4/bench.h"
+#include "fp4/report.h"
 
 #include <math.h>
 #include <stdio.h>

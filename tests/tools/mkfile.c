@@ -16,7 +16,6 @@
  * The same SEED gives the same values on every run. Exit status 0 on success,
  * 1 on a failure (with a message on stderr), 2 on a usage error. */
 #include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 
 #include "fp4/format.h"
 #include "fp4/io.h"
+#include "test_rng.h"
 
 static void usage(void)
 {
@@ -51,30 +51,14 @@ static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v)
     return 0;
 }
 
-/* splitmix64: the generator behind every random value. */
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A normal(0, 1) value (Box-Muller). */
-static float next_normal(uint64_t *s)
-{
-    double u1 = ((double)(next_u64(s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-    double u2 = (double)(next_u64(s) >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* n normal floats, malloc'ed; NULL when out of memory. */
+/* n normal(0, 1) floats from seed (the tests' generator), malloc'ed; NULL
+ * when out of memory. */
 static float *normals(size_t n, uint64_t seed)
 {
     float *x = malloc(n ? n * sizeof *x : 1);
-    uint64_t s = seed;
+    test_rng r = test_rng_seed(seed);
     if (!x) return NULL;
-    for (size_t i = 0; i < n; i++) x[i] = next_normal(&s);
+    for (size_t i = 0; i < n; i++) x[i] = (float)test_rng_gauss(&r);
     return x;
 }
 
@@ -92,12 +76,12 @@ static int cmd_npy(const char *kind, int64_t rows, int64_t cols, uint64_t seed, 
     t.shape[0] = ndim == 1 ? rows * cols : rows;
     t.shape[1] = cols;
     if (strcmp(kind, "npy-u8") == 0) {
-        uint64_t s = seed;
+        test_rng r = test_rng_seed(seed);
         t.dtype = FP4_DT_U8;
         t.nbytes = n;
         t.data = malloc(n ? n : 1);
         if (!t.data) goto oom;
-        for (size_t i = 0; i < n; i++) ((uint8_t *)t.data)[i] = (uint8_t)next_u64(&s);
+        for (size_t i = 0; i < n; i++) ((uint8_t *)t.data)[i] = (uint8_t)(test_rng_u64(&r) >> 32);
     } else {
         x = normals(n, seed);
         if (!x) goto oom;

@@ -1,72 +1,26 @@
-/* Shared CUDA backend helpers (see gpu_common.h). */
-#include "backends/gpu_common.h"
+/* Generic CUDA helpers (see core/gpu.h). */
+#include "core/gpu.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" int fp4_gpu_released(cudaError_t e, const char *call, const char *file, int line)
+extern "C" int fp4_gpu_cleanup(cudaError_t e, const char *call, const char *file, int line,
+                               fp4_warnings *w)
 {
     if (e == cudaSuccess) return 0;
-    fprintf(stderr, "fp4bench: warning: %s:%d: %s failed: %s\n", file, line, call,
-            cudaGetErrorString(e));
+    fp4_warn(w, "%s:%d: %s failed: %s", file, line, call, cudaGetErrorString(e));
     (void)cudaGetLastError(); /* non-sticky errors only; a sticky one stays */
     return 1;
 }
 
-extern "C" int fp4_gpu_free(void *ptr, const char *what)
+extern "C" int fp4_gpu_release(void *ptr, const char *what, fp4_warnings *w)
 {
     if (!ptr) return 0;
     cudaError_t e = cudaFree(ptr);
     if (e == cudaSuccess) return 0;
-    fprintf(stderr, "fp4bench: warning: cudaFree(%s) failed: %s\n", what ? what : "?",
-            cudaGetErrorString(e));
+    fp4_warn(w, "cudaFree(%s) failed: %s", what ? what : "?", cudaGetErrorString(e));
     (void)cudaGetLastError();
     return 1;
-}
-
-/* %globaltimer counts nanoseconds whatever the SM clock does; the sleep keeps
- * the one busy thread from drawing power while it waits. */
-__global__ static void light_phase_kernel(unsigned long long ns)
-{
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(1000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
-
-extern "C" fp4_status fp4_gpu_light_phase(double us, cudaStream_t stream, fp4_err *err)
-{
-    if (!(us > 0)) return FP4_OK;
-    light_phase_kernel<<<1, 1, 0, stream>>>((unsigned long long)(us * 1e3));
-    FP4_CUDA_LAUNCH_TRY(err);
-    return FP4_OK;
-}
-
-extern "C" fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
-                                      int *minor, fp4_err *err)
-{
-    int count = 0, dev = 0, maj = 0, min = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* clear the sticky-free error so later calls are not confused */
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
-    }
-    if (count == 0) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device");
-    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
-    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major) *major = maj;
-    if (minor) *minor = min;
-    if (maj < min_major || (maj == min_major && min < min_minor))
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_%d%d or newer, this GPU is sm_%d%d",
-                        min_major, min_minor, maj, min);
-    if (max_major > 0 && maj > max_major)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "built for sm_%dx only, this GPU is sm_%d%d",
-                        max_major, maj, min);
-    return FP4_OK;
 }
 
 extern "C" fp4_status fp4_gpu_alloc(void **ptr, size_t bytes, const char *what, fp4_err *err)
@@ -88,7 +42,9 @@ extern "C" fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes
     if (st != FP4_OK) return st;
     cudaError_t e = cudaMemcpy(*dptr, host, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
-        fp4_gpu_free(*dptr, what);
+        /* the upload's error is the one to report; a failed free after it
+         * would only repeat a broken context */
+        (void)fp4_gpu_release(*dptr, what, NULL);
         *dptr = NULL;
         return fp4_fail(err, FP4_ERR_CUDA, "upload of %s (%zu bytes): %s", what, bytes,
                         cudaGetErrorString(e));
@@ -99,7 +55,7 @@ extern "C" fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes
 extern "C" fp4_status fp4_gpu_poison_bf16(void *d, size_t n, cudaStream_t stream, fp4_err *err)
 {
     /* memset writes bytes: 0xFFFF is a bf16 NaN (exponent all ones, mantissa
-     * non-zero). 0x7F7F is not: it is 3.4e38, which the H200 run caught. */
+     * non-zero). 0x7F7F would not do: it is the finite 3.4e38. */
     FP4_CUDA_TRY(err, cudaMemsetAsync(d, 0xFF, n * 2, stream));
     return FP4_OK;
 }
@@ -130,5 +86,29 @@ extern "C" fp4_status fp4_gpu_read_f32(const void *d, size_t n, float *host, fp4
     if (e == cudaSuccess) e = cudaMemcpy(host, d, n * sizeof(float), cudaMemcpyDeviceToHost);
     if (e != cudaSuccess)
         return fp4_fail(err, FP4_ERR_CUDA, "reading the output: %s", cudaGetErrorString(e));
+    return FP4_OK;
+}
+
+extern "C" fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
+                                      int *minor, fp4_err *err)
+{
+    int count = 0, dev = 0, maj = 0, min = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free error so later calls are not confused */
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+    if (count == 0) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "no CUDA device");
+    FP4_CUDA_TRY(err, cudaGetDevice(&dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major) *major = maj;
+    if (minor) *minor = min;
+    if (maj < min_major || (maj == min_major && min < min_minor))
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_%d%d or newer, this GPU is sm_%d%d",
+                        min_major, min_minor, maj, min);
+    if (max_major > 0 && maj > max_major)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "built for sm_%dx only, this GPU is sm_%d%d",
+                        max_major, maj, min);
     return FP4_OK;
 }

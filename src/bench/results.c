@@ -1,8 +1,18 @@
-/* The report's row array: append and free. */
-#include "fp4/bench.h"
+/* The results of a run: row states and the report's row array
+ * (fp4/engine.h). The report layer writes them out; the engine fills them. */
+#include "fp4/engine.h"
 
 #include <stdlib.h>
-#include <string.h>
+
+const char *fp4_row_state_name(fp4_row_state s)
+{
+    switch (s) {
+    case FP4_ROW_OK: return "ok";
+    case FP4_ROW_UNSUPPORTED: return "unsupported";
+    case FP4_ROW_FAILED: return "FAILED";
+    }
+    return "unknown";
+}
 
 /* Append a copy of *row, growing the array geometrically. The report takes
  * over row->samples in every case: on success the new row owns it, on failure

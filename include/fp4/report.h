@@ -1,0 +1,48 @@
+/* fp4bench: the results of a run (fp4_report, fp4/engine.h) written for
+ * people and programs: the table, JSON, CSV, and the comparison of two runs.
+ * Every function writes only to the FILE or path it is given. */
+#ifndef FP4_REPORT_H
+#define FP4_REPORT_H
+
+#include <stdio.h>
+
+#include "fp4/engine.h"
+#include "fp4/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP4_JSON_SCHEMA_VERSION 1
+
+/* The human table: one line per row in the seed's layout (label, shape,
+ * backend, median us, ratio, TFLOP/s, GB/s, % roofline, verified) with
+ * unsupported / FAILED cells carrying the reason. */
+void fp4_report_print_table(FILE *f, const fp4_report *r);
+/* The header lines: device, ceilings, settings. */
+void fp4_report_print_header(FILE *f, const fp4_report *r);
+
+/* Write the whole report as JSON (schema in docs/JSON.md) to path, atomically
+ * (temporary file then rename), so the file is always a complete document
+ * (fp4bench run rewrites it after every row). */
+fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err *err);
+fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err);
+
+/* CSV: header once, then one line per row, flushed. */
+fp4_status fp4_csv_write_header(FILE *f, fp4_err *err);
+fp4_status fp4_csv_write_row(FILE *f, const fp4_row *row, fp4_err *err);
+
+/* compare OLD NEW: per (backend, shape, label, l2) ratio new/old of medians
+ * with a verdict: "faster", "slower", "same" (within noise or threshold),
+ * "new", "gone", "failed". Returns the number of regressions (slower by more
+ * than threshold and outside the combined noise), -1 on error. */
+typedef struct fp4_compare_opts {
+    double threshold; /* default 0.05 */
+} fp4_compare_opts;
+int fp4_report_compare(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
+                       const fp4_compare_opts *opts, fp4_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/* The command line's argument helpers and its error and warning messages
+ * (see cli/args.h). */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_value(cli_args *a, const char *name, const char **val)
+{
+    const char *arg = a->argv[a->i];
+    size_t len = strlen(name);
+    if (strncmp(arg, name, len) != 0) return 0;
+    if (arg[len] == '=') {
+        *val = arg + len + 1;
+        a->i++;
+        return 1;
+    }
+    if (arg[len] != '\0') return 0;
+    if (a->i + 1 >= a->argc) cli_usage_error(a, "%s needs a value", name);
+    *val = a->argv[a->i + 1];
+    a->i += 2;
+    return 1;
+}
+
+int cli_flag(cli_args *a, const char *name)
+{
+    if (strcmp(a->argv[a->i], name) != 0) return 0;
+    a->i++;
+    return 1;
+}
+
+void cli_usage_error(const cli_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", a->cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see %s --help)\n", a->cmd);
+    exit(EXIT_USAGE);
+}
+
+void cli_die(const char *cmd, const fp4_err *err)
+{
+    fprintf(stderr, "%s: error: %s\n", cmd, fp4_err_text(err));
+    exit(EXIT_RUNTIME);
+}
+
+double cli_double(const cli_args *a, const char *flag, const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !isfinite(v))
+        cli_usage_error(a, "%s: '%s' is not a number", flag, s);
+    return v;
+}
+
+long long cli_int(const cli_args *a, const char *flag, const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno == ERANGE)
+        cli_usage_error(a, "%s: '%s' is not an integer", flag, s);
+    return v;
+}
+
+void cli_print_warnings(const fp4_warnings *w)
+{
+    const char *p;
+    int dropped;
+    if (!w || w->count == 0) return;
+    for (p = w->text; *p;) {
+        size_t len = strcspn(p, "\n");
+        fprintf(stderr, "fp4bench: warning: %.*s\n", (int)len, p);
+        p += len;
+        if (*p == '\n') p++;
+    }
+    dropped = fp4_warnings_dropped(w);
+    if (dropped > 0)
+        fprintf(stderr, "fp4bench: warning: %d more warning%s not kept\n", dropped,
+                dropped == 1 ? "" : "s");
+}
