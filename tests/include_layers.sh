@@ -10,10 +10,6 @@ set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT" || exit 2
 
-# Arrows to leave alone while the kernels move off the backends' old helper
-# header (they will include core/cuda_check.h and core/gpu.h instead).
-PENDING='^src/kernels/[^ ]* backends/gpu_common\.h$'
-
 rank() {
     case $1 in
     core) echo 0 ;; format) echo 1 ;; io | reference | kernels) echo 2 ;;
@@ -74,12 +70,8 @@ while IFS= read -r file; do
             why="PRIVATE"
         fi
         if [ -n "$why" ]; then
-            if echo "$file $inc" | grep -Eq "$PENDING"; then
-                echo "pending: $file ($from) includes $inc ($to)"
-            else
-                echo "$why: $file ($from) includes $inc ($to)"
-                bad=1
-            fi
+            echo "$why: $file ($from) includes $inc ($to)"
+            bad=1
         fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
 done < <(find src include -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort)

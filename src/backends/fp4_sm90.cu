@@ -16,7 +16,7 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "kernels/sm90/fp4_sm90.h"
 
 /* ---- the kernel table -------------------------------------------------------------- */
@@ -235,6 +235,7 @@ extern "C" fp4_status fp4_sm90_gemm(const fp4_sm90_gemm_args *a, cudaStream_t st
 
 typedef struct sm90_inst {
     int num_sms;
+    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
 } sm90_inst;
 
 typedef struct sm90_copy {
@@ -245,6 +246,7 @@ typedef struct sm90_copy {
 } sm90_copy;
 
 typedef struct sm90_plan {
+    fp4_warnings *warn; /* the instance's sink at prepare */
     fp4_shape shape;
     float alpha;
     int kernel;
@@ -284,6 +286,11 @@ static fp4_status sm90_open(void **inst, fp4_err *err)
 static void sm90_close(void *inst)
 {
     free(inst);
+}
+
+static void sm90_set_warnings(void *inst, fp4_warnings *w)
+{
+    ((sm90_inst *)inst)->warn = w;
 }
 
 /* The kernel for this shape: FP4_SM90_KERNEL's if set, else the rule's;
@@ -330,12 +337,12 @@ static void sm90_release(void *plan)
     if (!p) return;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
-            fp4_gpu_free(p->c[i].a_codes, "fp4-sm90 A codes");
-            fp4_gpu_free(p->c[i].a_sf, "fp4-sm90 A scales");
-            fp4_gpu_free(p->c[i].b_codes, "fp4-sm90 packed B codes");
-            fp4_gpu_free(p->c[i].b_sf, "fp4-sm90 packed B scales");
-            fp4_gpu_free(p->c[i].d, "fp4-sm90 D");
-            fp4_gpu_free(p->c[i].ws, "fp4-sm90 workspace");
+            fp4_gpu_release(p->c[i].a_codes, "fp4-sm90 A codes", p->warn);
+            fp4_gpu_release(p->c[i].a_sf, "fp4-sm90 A scales", p->warn);
+            fp4_gpu_release(p->c[i].b_codes, "fp4-sm90 packed B codes", p->warn);
+            fp4_gpu_release(p->c[i].b_sf, "fp4-sm90 packed B scales", p->warn);
+            fp4_gpu_release(p->c[i].d, "fp4-sm90 D", p->warn);
+            fp4_gpu_release(p->c[i].ws, "fp4-sm90 workspace", p->warn);
         }
         free(p->c);
     }
@@ -379,6 +386,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     if ((st = fp4_swizzle_scales(pr->a->scales, s->m, s->k, h_asf, err)) != FP4_OK) goto out;
     if ((st = fp4_sm90_pack_b(kernel, pr->b, h_bq, h_bs, err)) != FP4_OK) goto out;
 
+    p->warn = inst->warn;
     p->shape = *s;
     p->alpha = pr->alpha;
     p->kernel = kernel;
@@ -488,4 +496,6 @@ extern "C" const fp4_backend_ops fp4_backend_fp4_sm90 = {
     sm90_release,     /* release */
     NULL,             /* bytes_moved: fp4_gemm_min_bytes */
     sm90_variant_name, /* variant: the kernel that runs ("decode", "mid", ...) */
+    NULL,              /* flops: 2 m n k */
+    sm90_set_warnings, /* set_warnings */
 };

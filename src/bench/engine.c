@@ -991,7 +991,7 @@ fp4_status fp4_engine_measure_ceilings(fp4_engine *e, fp4_report *report, fp4_er
     double best = 0, median = 0, max_time = e->set.stop.max_time_s;
     size_t bytes = (size_t)4 << 30; /* >= 4 GiB, far beyond any L2 */
     if (e->dev.mem_bytes < 3.0 * (double)bytes) bytes = (size_t)(e->dev.mem_bytes / 3);
-    fp4_status st = fp4_probe_read_bandwidth(bytes, 10, &best, &median, err);
+    fp4_status st = fp4_probe_read_bandwidth(bytes, 10, &best, &median, &e->warn, err);
     if (st != FP4_OK) return st;
     c->read_gbps = median;
     e->set.stop.max_time_s = CEILING_MAX_TIME_S;

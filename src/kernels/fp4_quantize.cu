@@ -46,7 +46,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "fp4/format.h"
 #include "kernels/fp4_quantize.h"
 #include "kernels/fp4_quantize_math.h"

@@ -2,7 +2,7 @@
  * loop with 4 independent loads in flight; one word per block is written so
  * that the compiler cannot drop the loads. Grid: 4 blocks of 512 threads per
  * SM (one block per SM reads 30-45% slower on Hopper, CONTEXT.md section 5). */
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 #include "kernels/probe.h"
 
 #include <stdlib.h>
@@ -37,7 +37,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 extern "C" fp4_status fp4_probe_read_bandwidth(size_t bytes, int reps, double *gbps,
-                                               double *median_gbps, fp4_err *err)
+                                               double *median_gbps, fp4_warnings *warn,
+                                               fp4_err *err)
 {
     fp4_status st = FP4_OK;
     void *buf = NULL;
@@ -71,10 +72,10 @@ extern "C" fp4_status fp4_probe_read_bandwidth(size_t bytes, int reps, double *g
     *gbps = rates[reps - 1];
     *median_gbps = rates[reps / 2];
 out:
-    if (e0) FP4_CUDA_RELEASE(cudaEventDestroy(e0));
-    if (e1) FP4_CUDA_RELEASE(cudaEventDestroy(e1));
-    fp4_gpu_free(buf, "bandwidth probe buffer");
-    fp4_gpu_free(out, "bandwidth probe sink");
+    if (e0) FP4_CUDA_CLEANUP(warn, cudaEventDestroy(e0));
+    if (e1) FP4_CUDA_CLEANUP(warn, cudaEventDestroy(e1));
+    fp4_gpu_release(buf, "bandwidth probe buffer", warn);
+    fp4_gpu_release(out, "bandwidth probe sink", warn);
     free(rates);
     return st;
 }

@@ -10,7 +10,7 @@
  * Simple rather than fast: 8192x2048x6144 takes milliseconds, not seconds. */
 #include "kernels/ref_gemm.h"
 
-#include "backends/gpu_common.h"
+#include "core/gpu.h"
 
 #define REF_TILE       16            /* D tile edge; the block is REF_TILE^2 threads */
 #define REF_KC         64            /* k values staged per step */
