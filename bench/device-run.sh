@@ -10,9 +10,9 @@ set -uo pipefail
 
 usage() {
   cat <<'EOF'
-usage: bench/device-run.sh MODE        (from the repository root)
+usage: bench/device-run.sh MODE [MODE ...]   (from the repository root)
 
-modes:
+Several modes run one after the other on one build. Modes:
   build    configure and build build-dev only
   check    build; ctest (GPU tests included); every backend verified on the odd
            and seed presets; compute-sanitizer memcheck and racecheck on each
@@ -26,6 +26,8 @@ modes:
   profile  build; Nsight Compute on the fp4-sm90 kernels for SHAPES
            (--clock-control none: the GPU keeps its own clocks)
   all      check, then bench
+  ctest, verify, sanitize         the three parts of check alone
+  independent, baseline           the two parts of bench alone
 
 environment (defaults in brackets):
   OUT          results folder [/tmp/fp4out]; one log (device-run.log) plus
@@ -54,12 +56,17 @@ without .git), else from git.
 EOF
 }
 
-mode=${1:-}
-case "$mode" in
-  build | check | bench | compare | profile | all) ;;
-  help | -h | --help) usage; exit 0 ;;
-  *) usage >&2; exit 2 ;;
-esac
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
+for mode in "${modes[@]}"; do
+  case "$mode" in
+    build | check | bench | compare | profile | all) ;;
+    ctest | verify | sanitize | independent | baseline) ;;
+    help | -h | --help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+mode="${modes[*]}"
 [ -f CMakeLists.txt ] && [ -d bench ] || { echo "run from the repository root" >&2; exit 2; }
 
 OUT=${OUT:-/tmp/fp4out}
@@ -80,7 +87,7 @@ say "== $(date -u +%FT%TZ) bench/device-run.sh $mode, commit $commit, host $(hos
 # silently change what the tests, baseline and comparison measure; profile
 # keeps FP4_SM90_KERNEL, its way to pick the kernel.
 for v in $(compgen -e | grep '^FP4_SM90_'); do
-  [ "$mode" = profile ] && [ "$v" = FP4_SM90_KERNEL ] && continue
+  [[ " $mode " == *" profile "* ]] && [ "$v" = FP4_SM90_KERNEL ] && continue
   say "note: clearing $v=${!v} from the environment"
   unset "$v"
 done
@@ -251,6 +258,11 @@ mode_check() {
 
 # ---- bench ------------------------------------------------------------------------------
 mode_bench() {
+  mode_independent
+  mode_baseline
+}
+
+mode_independent() {
   local rc
   # torch.mm with none of fp4bench's code, on fp4bench's timing rules: are
   # the cublas-bf16 numbers that every ratio divides by plausible?
@@ -258,7 +270,10 @@ mode_bench() {
   timeout 150 python3 bench/independent_bf16.py 4096 2048 6144 8192 8192 8192 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   [ $rc -eq 0 ] || fail "independent_bf16.py (exit $rc)"
+}
 
+mode_baseline() {
+  local rc
   # The baseline in one run, so that every row shares the ceilings, the
   # clocks and the interleaved rounds: the M sweep on both seed (N, K) pairs,
   # the prefill-wide shapes (N >= 4096) and the decode bandwidth shapes.
@@ -351,13 +366,20 @@ mode_profile() {
 
 # ---- run --------------------------------------------------------------------------------
 if [ $built = 1 ]; then
-  case "$mode" in
-    check) mode_check ;;
-    bench) mode_bench ;;
-    compare) mode_compare ;;
-    profile) mode_profile ;;
-    all) mode_check; mode_bench ;;
-  esac
+  for m in "${modes[@]}"; do
+    case "$m" in
+      check) mode_check ;;
+      ctest) check_ctest ;;
+      verify) check_verify ;;
+      sanitize) check_sanitizer ;;
+      bench) mode_bench ;;
+      independent) mode_independent ;;
+      baseline) mode_baseline ;;
+      compare) mode_compare ;;
+      profile) mode_profile ;;
+      all) mode_check; mode_bench ;;
+    esac
+  done
 elif [ "$mode" != build ]; then
   say "no binary: the $mode steps did not run"
 fi

@@ -16,7 +16,7 @@
  *    each k-step (pw_row_to_tile), and one thread bulk-stores the tiles;
  * 3. the main kernel (fp4_sm90_prefill16_kernel), 384 threads: warps 0-7 are
  *    two consumer warpgroups (64 rows x BN each) that only wait on a slot's
- *    full mbarrier, issue 4 wgmma m64nBNk16 with A and B by shared-memory
+ *    full mbarrier, issue the 4 wgmma m64nBNk16 with A and B by shared-memory
  *    descriptor, and release the previous slot (empty mbarrier); one thread
  *    of warps 8-11 bulk-copies A's 16 KB and B's BN x 128 bytes into each
  *    slot. Registers: the producers drop to 96 (setmaxnreg), the consumers
