@@ -122,8 +122,12 @@ fi
 # its errors reach the log (warnings are errors: FP4_WERROR).
 build() {
   local src=$1 dir=$2 t0=$SECONDS out=$tmp/build-${2##*/}.txt
+  # the binary's commit stamp: SRC/.fp4-commit when the caller wrote one (a
+  # copy of the tree may sit inside a git checkout of another revision)
+  local stamp
+  stamp=$(cat "$src/.fp4-commit" 2>/dev/null || true)
   if cmake -S "$src" -B "$dir" "${cmake_args[@]}" >"$out" 2>&1 &&
-     cmake --build "$dir" -j "$(nproc)" >>"$out" 2>&1; then
+     FP4_COMMIT=$stamp cmake --build "$dir" -j "$(nproc)" >>"$out" 2>&1; then
     say "== build $src -> $dir: $((SECONDS - t0)) s"
     return 0
   fi

@@ -1,10 +1,19 @@
 # Writes OUT (a C header with FP4_VERSION and FP4_GIT_COMMIT) at every build, so
 # the commit a binary reports is the one it was built from, not the one CMake
 # was configured at. The file is rewritten only when its text changes.
-execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
-                OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
-                OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+# FP4_COMMIT in the build's environment wins: a copy of the tree built on
+# another machine (bench/device-run.sh sets it from .fp4-commit) may sit in a
+# git checkout of another revision, whose HEAD would be the wrong stamp.
+if(NOT "$ENV{FP4_COMMIT}" STREQUAL "")
+  set(commit "$ENV{FP4_COMMIT}")
+  set(dirty "")
+endif()
+if(NOT commit)
+  execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
+                  OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SRC}
+                  OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
 if(NOT commit AND EXISTS ${SRC}/.fp4-commit)
   # a copy of the tree without .git (the GPU machine): bench/device-run.sh's
   # caller wrote the commit into .fp4-commit
