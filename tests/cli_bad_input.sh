@@ -31,6 +31,11 @@ printf '16 2048 6144\n\0 64\n' >"$TMP/specnul.txt"
 expect 3 "specnul.txt:2: NUL byte" -- "$FP4" run --spec "$TMP/specnul.txt"
 printf '# nothing\n' >"$TMP/spec3.txt"
 expect 3 "no problems in the spec file" -- "$FP4" run --spec "$TMP/spec3.txt"
+# limits: a line is refused as soon as it passes 4096 bytes; labels must be UTF-8
+{ printf '16 2048 6144 '; head -c 5000000 /dev/zero | tr '\0' 'a'; printf '\n'; } >"$TMP/speclong.txt"
+expect 3 "speclong.txt:1: line too long \(more than 4096 bytes\)" -- "$FP4" run --spec "$TMP/speclong.txt"
+printf '16 2048 6144 bad\377\n' >"$TMP/specutf8.txt"
+expect 3 "specutf8.txt:1: a label is not valid UTF-8" -- "$FP4" run --spec "$TMP/specutf8.txt"
 expect 3 "cannot load plugin" -- "$FP4" run --plugin "$TMP/none.so"
 expect 3 "" -- "$FP4" run --shape 16x64x64 --json "$TMP/no/such/dir/out.json" --quiet
 expect 3 "cannot write" -- "$FP4" run --shape 16x64x64 --csv "$TMP/no/such/dir/out.csv"
@@ -79,6 +84,19 @@ expect 3 "dwrong.npy is \[8, 15\], expected \[8, 16\]" -- "$FP4" check --a "$TMP
 "$MKFILE" setbyte "$TMP/b.safetensors" -1 126 "$TMP/bhuge.safetensors"
 expect 3 "not a usable alpha" -- "$FP4" check --a "$TMP/ahuge.safetensors" --b "$TMP/bhuge.safetensors" --d "$TMP/dwrong.npy"
 expect 2 "--d is required" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors"
+# a file of the other kind says so
+expect 3 "x.npy: this is a .npy file, not safetensors" -- "$FP4" gemm --a "$TMP/x.npy" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 3 "a.safetensors: this is a .safetensors file, not .npy" -- "$FP4" quantize --in "$TMP/a.safetensors" --out "$TMP/w2.safetensors"
+# a shape list longer than any tensor's is refused before the header is parsed
+st_header() { # JSON OUT: a safetensors file with that header and one data byte
+    local n=${#1} le="" i
+    for i in 0 1 2 3 4 5 6 7; do le+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
+    { printf "$le"; printf '%s' "$1"; printf 'z'; } >"$2"
+}
+st_header "{\"weight\":{\"dtype\":\"U8\",\"shape\":[$(printf '1,%.0s' $(seq 100))1],\"data_offsets\":[0,1]}}" "$TMP/longshape.safetensors"
+expect 3 "longshape.safetensors: header has a list of more than 64 entries" -- "$FP4" gemm --a "$TMP/longshape.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+st_header '{"bad\u0001name":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}' "$TMP/badname.safetensors"
+expect 3 "badname.safetensors: a tensor name has a control character" -- "$FP4" gemm --a "$TMP/badname.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
 
 # compare
 expect 2 "expects two JSON files" -- "$FP4" compare "$TMP/one.json"
@@ -86,5 +104,16 @@ expect 3 "none.json" -- "$FP4" compare "$TMP/none.json" "$TMP/none2.json"
 printf '{"schema_version": 1' >"$TMP/broken.json"
 expect 3 "broken.json" -- "$FP4" compare "$TMP/broken.json" "$TMP/broken.json"
 expect 2 "--threshold: 'x' is not a number" -- "$FP4" compare a.json b.json --threshold x
+# numbers JSON cannot hold exactly, bytes that are not UTF-8, and the size cap
+row='"label":"x","n":2,"k":16,"backend":"b","state":"ok","l2":"cold"'
+printf '{"schema_version":1,"rows":[{%s,"m":1,"time_us":{"count":1,"median":1e999}}]}' "$row" >"$TMP/inf.json"
+expect 3 "inf.json: rows\[0\].time_us.median: number out of range \(not finite\)" -- "$FP4" compare "$TMP/inf.json" "$TMP/inf.json"
+printf '{"schema_version":1,"rows":[{%s,"m":9007199254740993,"time_us":{"count":1}}]}' "$row" >"$TMP/big.json"
+expect 3 "big.json: rows\[0\].m: integer beyond 2\^53 - 1" -- "$FP4" compare "$TMP/big.json" "$TMP/big.json"
+printf '{"schema_version":1,"rows":[{"label":"x\377","n":2,"k":16,"backend":"b","state":"ok","l2":"cold","m":1,"time_us":{"count":1}}]}' >"$TMP/utf8.json"
+expect 3 "utf8.json: rows\[0\].label: string is not valid UTF-8" -- "$FP4" compare "$TMP/utf8.json" "$TMP/utf8.json"
+truncate -s 268435457 "$TMP/huge.json"
+expect 3 "huge.json: .*more than the 268435456 bytes \(256 MiB\)" -- "$FP4" compare "$TMP/huge.json" "$TMP/huge.json"
+rm -f "$TMP/huge.json"
 
 finish

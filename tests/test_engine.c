@@ -107,9 +107,15 @@ static fp4_status fake_poison(void *p_, int copy, void *stream, fp4_err *err)
     return FP4_OK;
 }
 
+/* The order in which the fakes ran (test_round_order), when order_log_on. */
+static int order_log_on, order_log_n;
+static int order_log[4096];
+
 static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
 {
     fake_plan *p = p_;
+    if (order_log_on && order_log_n < (int)(sizeof order_log / sizeof order_log[0]))
+        order_log[order_log_n++] = p->mode;
     float last = p->d[p->n - 1];
     /* run() number 1 verifies, 2 estimates the batch, 3 warms up and 4 on
      * are samples: the 6th sample fails */
@@ -212,6 +218,7 @@ static void test_fake_backends(void)
     set.stop.min_samples = 8;
     set.stop.max_time_s = 0.5;
     snprintf(set.baseline, sizeof set.baseline, "cpu-ref");
+    set.time_reference = 1; /* the ratios are against the reference here */
     memset(&rep, 0, sizeof rep);
     CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
     CHECK(fp4_engine_run_case(e, &c, 0, list, FAKE_MODES + 1, &rep, count_rows, &rows_seen,
@@ -507,11 +514,158 @@ static void test_plugins(const char *dir)
     CHECK(fp4_backend_load("/nonexistent/x.so", &ops, &h, &err) == FP4_ERR_IO);
 }
 
+/* A backend that is not a GEMM (FP4_BACKEND_NOT_GEMM, the quantizer) gets no
+ * ratio against the baseline, in the row and so in the table, CSV and JSON;
+ * nor does anything get a ratio against it as the baseline. Without a GPU a
+ * GPU backend's row says only "no NVIDIA GPU" (the CUDA error is in the
+ * device's why_absent, printed once). */
+static void test_not_gemm_and_no_gpu(void)
+{
+    fp4_backend_ops good = make_ops(FAKE_GOOD), quant = make_ops(FAKE_GOOD);
+    fp4_backend_ops gpu = make_ops(FAKE_GOOD);
+    const fp4_backend_ops *list[4] = {fp4_backend_find("cpu-ref"), &good, &quant, &gpu};
+    fp4_settings set;
+    fp4_report rep;
+    fp4_engine *e;
+    fp4_err err;
+    fp4_case c = {{4, 32, 64}, "notgemm"};
+    quant.name = "fake-quantize";
+    quant.flags = FP4_BACKEND_NOT_GEMM;
+    gpu.name = "fake-gpu";
+    gpu.flags = FP4_BACKEND_GPU;
+    fp4_settings_default(&set);
+    set.warmup_ms = 0;
+    set.stop.max_time_s = 0.2;
+    snprintf(set.baseline, sizeof set.baseline, "cpu-ref");
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 4, &rep, NULL, NULL, &err) == FP4_OK);
+    const fp4_row *g = find_row(&rep, "good"), *q = find_row(&rep, "fake-quantize");
+    CHECK(g && g->state == FP4_ROW_OK && g->has_ratio);
+    CHECK_MSG(q && q->state == FP4_ROW_OK && !q->has_ratio && q->t.count > 0,
+              "quantize row: has_ratio %d", q ? q->has_ratio : -1);
+    const fp4_row *u = find_row(&rep, "fake-gpu");
+    if (!rep.dev.present) {
+        CHECK_MSG(u && u->state == FP4_ROW_UNSUPPORTED && strcmp(u->reason, "no NVIDIA GPU") == 0,
+                  "GPU row without a GPU: \"%s\"", u ? u->reason : "");
+        CHECK(rep.dev.why_absent[0] != '\0');
+    }
+    /* the writers: "-" in the table's ratio cell, empty CSV fields */
+    FILE *f = tmpfile();
+    char buf[8192], *line;
+    size_t len;
+    fp4_report_print_table(f, &rep);
+    rewind(f);
+    len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+    line = strstr(buf, "fake-quantize");
+    CHECK(line && strstr(line, "  -  ") != NULL && strstr(line, "x [") == NULL);
+    f = tmpfile();
+    CHECK(q && fp4_csv_write_row(f, q, &err) == FP4_OK);
+    rewind(f);
+    len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+    CHECK_MSG(strstr(buf, ",,,,,,,,,,") != NULL, "CSV: %s", buf); /* ratio .. telemetry empty */
+    fp4_report_free(&rep);
+    fp4_engine_destroy(e, NULL);
+
+    /* the quantizer as the baseline: nobody gets a ratio */
+    snprintf(set.baseline, sizeof set.baseline, "fake-quantize");
+    memset(&rep, 0, sizeof rep);
+    CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 3, &rep, NULL, NULL, &err) == FP4_OK);
+    for (int i = 0; i < rep.nrows; i++)
+        CHECK_MSG(!rep.rows[i].has_ratio, "%s has a ratio against a non-GEMM",
+                  rep.rows[i].backend);
+    fp4_report_free(&rep);
+    fp4_engine_destroy(e, NULL);
+}
+
+/* The references verify and are not timed beside a contender, unless asked
+ * (time_reference) or alone; the report says the round order's seed. */
+static void test_reference_timing(void)
+{
+    fp4_backend_ops good = make_ops(FAKE_GOOD);
+    const fp4_backend_ops *both[2] = {fp4_backend_find("cpu-ref"), &good};
+    fp4_case c = {{5, 40, 64}, "ref"};
+    for (int mode = 0; mode < 3; mode++) { /* default, time_reference, the reference alone */
+        fp4_settings set;
+        fp4_report rep;
+        fp4_engine *e;
+        fp4_err err;
+        fp4_settings_default(&set);
+        set.warmup_ms = 0;
+        set.stop.max_time_s = 0.2;
+        set.time_reference = mode == 1;
+        memset(&rep, 0, sizeof rep);
+        CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+        CHECK(rep.set.order_seed != 0); /* derived from the seed and recorded */
+        CHECK(fp4_engine_run_case(e, &c, 0, both, mode == 2 ? 1 : 2, &rep, NULL, NULL, &err) ==
+              FP4_OK);
+        const fp4_row *ref = find_row(&rep, "cpu-ref"), *g = find_row(&rep, "good");
+        CHECK(ref && ref->state == FP4_ROW_OK && ref->verified == -1);
+        CHECK_MSG(ref && (mode == 0 ? ref->t.count == 0 : ref->t.count >= 10),
+                  "mode %d: the reference has %d samples", mode, ref ? ref->t.count : -1);
+        if (mode < 2) CHECK(g && g->state == FP4_ROW_OK && g->t.count >= 10);
+        fp4_report_free(&rep);
+        fp4_engine_destroy(e, NULL);
+    }
+}
+
+/* Every round runs its backends in a fresh order: two fakes timed together
+ * both lead some rounds, and the same seed gives the same order. */
+static void test_round_order(void)
+{
+    fp4_backend_ops a = make_ops(FAKE_GOOD), b = make_ops(FAKE_THERMAL);
+    b.name = "second";
+    const fp4_backend_ops *list[2] = {&a, &b};
+    fp4_case c = {{4, 16, 32}, "order"};
+    int first[2][2] = {{0, 0}, {0, 0}}, logs[2][64], nlog[2] = {0, 0};
+    for (int run = 0; run < 2; run++) {
+        fp4_settings set;
+        fp4_report rep;
+        fp4_engine *e;
+        fp4_err err;
+        fp4_settings_default(&set);
+        set.warmup_ms = 0;
+        set.stop.min_samples = 30;
+        set.stop.max_time_s = 0.5;
+        memset(&rep, 0, sizeof rep);
+        CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
+        order_log_n = 0;
+        order_log_on = 1;
+        CHECK(fp4_engine_run_case(e, &c, 0, list, 2, &rep, NULL, NULL, &err) == FP4_OK);
+        order_log_on = 0;
+        /* the log holds each fake's verification and estimate runs, then one
+         * pair a round: the warm-up round and a round a sample; which fake
+         * led each of the first 30 rounds */
+        const fp4_row *ra = find_row(&rep, "good");
+        const int rounds = ra ? ra->t.count + 1 : 0, start = order_log_n - 2 * rounds;
+        CHECK(ra && rounds >= 31 && start >= 4);
+        for (int r = 0; start >= 0 && r < 30 && r < rounds; r++) {
+            const int lead = order_log[start + 2 * r] == FAKE_GOOD ? 0 : 1;
+            CHECK(order_log[start + 2 * r + 1] != order_log[start + 2 * r]); /* one of each */
+            first[run][lead]++;
+            logs[run][nlog[run]++] = lead;
+        }
+        fp4_report_free(&rep);
+        fp4_engine_destroy(e, NULL);
+    }
+    CHECK_MSG(first[0][0] > 0 && first[0][1] > 0, "one backend led every round: %d / %d",
+              first[0][0], first[0][1]);
+    CHECK(nlog[0] == nlog[1] && memcmp(logs[0], logs[1], (size_t)nlog[0] * sizeof(int)) == 0);
+}
+
 int main(int argc, char **argv)
 {
+    test_not_gemm_and_no_gpu();
     test_compare_outputs();
     test_bad_case();
     test_fake_backends();
+    test_reference_timing();
+    test_round_order();
     test_measure_rate();
     test_warning_sink();
     test_backend_warnings();

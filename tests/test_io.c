@@ -1,7 +1,10 @@
 /* Tests of include/fp4/io.h: .npy and .safetensors round trips, NVFP4
  * checkpoints, and bad files (truncated at every length, corrupted headers,
- * wrong dtypes and shapes) that must fail cleanly with the right status. */
+ * wrong dtypes and shapes) that must fail cleanly with the right status; the
+ * readers' limits (huge shape lists, deep nesting, names), UTF-8 checks, and
+ * the spec-file limits of fp4/shapes.h (line length, labels, case count). */
 #include "fp4/io.h"
+#include "fp4/shapes.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -9,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -957,6 +961,312 @@ static void test_nvfp4(void)
     free(x);
 }
 
+/* ---- limits and refusals -------------------------------------------------------- */
+
+/* Peak resident set of this process so far, in KiB. */
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* A safetensors file whose one tensor has an n-entry shape list, written in
+ * pieces (the file is large; the test must not hold it in memory). */
+static void write_st_long_shape(const char *path, long n)
+{
+    FILE *f = fopen(path, "wb");
+    const char *head = "{\"t\":{\"dtype\":\"U8\",\"data_offsets\":[0,1],\"shape\":[1";
+    const char *tail = "]}}";
+    uint64_t hlen = strlen(head) + 2 * (uint64_t)(n - 1) + strlen(tail);
+    unsigned char len[8];
+    static char chunk[65536];
+    CHECK(f != NULL);
+    if (!f) return;
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(hlen >> (8 * i));
+    for (size_t i = 0; i < sizeof chunk; i += 2) memcpy(chunk + i, ",1", 2);
+    fwrite(len, 1, 8, f);
+    fputs(head, f);
+    for (long left = 2 * (n - 1); left > 0; left -= (long)sizeof chunk)
+        fwrite(chunk, 1, left < (long)sizeof chunk ? (size_t)left : sizeof chunk, f);
+    fputs(tail, f);
+    fputc('z', f);
+    CHECK(fclose(f) == 0);
+}
+
+/* Run first (before anything large is allocated) so that the peak RSS says
+ * whether a refusal allocated: a 40-million-entry shape list (an 80 MB
+ * header, under the 100 MB header cap) is refused by the scan, which reads
+ * the header in small chunks. */
+static void test_st_huge_shape(void)
+{
+    TMP_PATH(p, "huge_shape.safetensors");
+    long before;
+    fp4_tensor *ts = NULL;
+    int c = 0;
+    fp4_err e = {FP4_OK, ""};
+    write_st_long_shape(p, 40 * 1000 * 1000);
+    before = peak_rss_kib();
+    CHECK(fp4_safetensors_read(p, &ts, &c, &e) == FP4_ERR_FORMAT);
+    CHECK_MSG(strstr(e.msg, "list of more than 64 entries") != NULL, "huge shape: %s", e.msg);
+    CHECK_MSG(peak_rss_kib() - before < 16 * 1024, "huge shape: peak RSS grew by %ld KiB",
+              peak_rss_kib() - before);
+    CHECK(ts == NULL && c == 0);
+    remove(p);
+
+    /* the same list, 65 entries: still refused; 64 passes the scan and meets
+     * the "at most 4 dimensions" check */
+    write_st_long_shape(p, 65);
+    expect_st(p, FP4_ERR_FORMAT, "65-entry shape");
+    write_st_long_shape(p, 64);
+    expect_st(p, FP4_ERR_UNSUPPORTED, "64-entry shape");
+    remove(p);
+}
+
+static void test_st_limits(void)
+{
+    TMP_PATH(p, "lim.safetensors");
+    TMP_PATH(q, "lim.npy");
+    char json[1024], deep[256];
+    fp4_tensor t, *ts = NULL;
+    int c = 0;
+    fp4_err e = {FP4_OK, ""};
+    unsigned char u8[4] = {1, 2, 3, 4};
+
+    /* too deep: 9 nested lists */
+    snprintf(deep, sizeof deep, "{\"t\":{\"dtype\":\"U8\",\"shape\":[[[[[[[[[1]]]]]]]]],\"data_offsets\":[0,1]}}");
+    write_st_raw(p, UINT64_MAX, deep, 1);
+    expect_st(p, FP4_ERR_FORMAT, "deep");
+    CHECK(fp4_safetensors_read(p, &ts, &c, &e) == FP4_ERR_FORMAT && strstr(e.msg, "nested more than 8"));
+
+    /* a .npy where safetensors is expected, and the reverse */
+    memset(&t, 0, sizeof t);
+    t.dtype = FP4_DT_U8;
+    t.ndim = 1;
+    t.shape[0] = 4;
+    t.data = u8;
+    t.nbytes = 4;
+    snprintf(t.name, sizeof t.name, "w");
+    CHECK(fp4_npy_write(q, &t, &e) == FP4_OK);
+    CHECK(fp4_safetensors_read(q, &ts, &c, &e) == FP4_ERR_FORMAT);
+    CHECK_MSG(strstr(e.msg, "this is a .npy file, not safetensors") != NULL, "npy as st: %s", e.msg);
+    CHECK(fp4_safetensors_write(p, &t, 1, &e) == FP4_OK);
+    {
+        fp4_tensor r;
+        CHECK(fp4_npy_read(p, &r, &e) == FP4_ERR_FORMAT);
+        CHECK_MSG(strstr(e.msg, "this is a .safetensors file, not .npy") != NULL, "st as npy: %s", e.msg);
+        CHECK(tensor_empty(&r));
+    }
+
+    /* a NUL inside a name (\u0000) would cut it short: refused */
+    snprintf(json, sizeof json, "{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}");
+    write_st_raw(p, UINT64_MAX, json, 1);
+    expect_st(p, FP4_ERR_FORMAT, "NUL in a name");
+
+    /* from memory, the same parser: a valid file and a cut one */
+    {
+        size_t n = 0;
+        unsigned char *raw;
+        CHECK(fp4_safetensors_write(p, &t, 1, &e) == FP4_OK);
+        raw = read_bytes(p, &n);
+        CHECK(raw != NULL);
+        if (raw) {
+            CHECK(fp4_safetensors_parse(raw, n, "mem", &ts, &c, &e) == FP4_OK && c == 1 &&
+                  memcmp(ts[0].data, u8, 4) == 0);
+            if (ts) {
+                fp4_tensor_free(&ts[0]);
+                free(ts);
+                ts = NULL;
+            }
+            CHECK(fp4_safetensors_parse(raw, n - 1, "mem", &ts, &c, &e) == FP4_ERR_FORMAT && ts == NULL);
+            free(raw);
+        }
+        CHECK(fp4_npy_write(q, &t, &e) == FP4_OK);
+        raw = read_bytes(q, &n);
+        CHECK(raw != NULL);
+        if (raw) {
+            fp4_tensor r;
+            CHECK(fp4_npy_parse(raw, n, "mem", &r, &e) == FP4_OK && r.nbytes == 4);
+            fp4_tensor_free(&r);
+            CHECK(fp4_npy_parse(raw, n - 1, "mem", &r, &e) == FP4_ERR_FORMAT && tensor_empty(&r));
+            free(raw);
+        }
+    }
+    remove(p);
+    remove(q);
+}
+
+/* The reader and the writer agree on names: the writer takes exactly the
+ * names fp4_tensor_name_problem allows, and the reader refuses a file that
+ * holds any other name (written by hand). */
+static void test_st_names(void)
+{
+    TMP_PATH(p, "names.safetensors");
+    static const char *const good[] = {"weight", "model.layers.0.mlp.w1", "caf\xc3\xa9", "\xe2\x82\xac/x",
+                                       "a b"};
+    /* raw name bytes, and the same name as JSON text for the hand-made file */
+    static const char *const bad[][2] = {
+        {"", ""},
+        {"bad\xff", "bad\xff"},
+        {"\xc0\xaf", "\xc0\xaf"},       /* an overlong '/' */
+        {"\xed\xa0\x80", "\xed\xa0\x80"}, /* an encoded surrogate */
+        {"tab\there", "tab\\there"},
+        {"ctl\x01", "ctl\\u0001"},
+    };
+    unsigned char byte = 7;
+    fp4_tensor t;
+    fp4_err e = {FP4_OK, ""};
+    char json[512], longname[FP4_TENSOR_NAME_LEN + 8];
+
+    memset(&t, 0, sizeof t);
+    t.dtype = FP4_DT_U8;
+    t.ndim = 1;
+    t.shape[0] = 1;
+    t.data = &byte;
+    t.nbytes = 1;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fp4_tensor *ts = NULL;
+        int c = 0;
+        CHECK_MSG(fp4_tensor_name_problem(good[i]) == NULL, "good name %zu", i);
+        snprintf(t.name, sizeof t.name, "%s", good[i]);
+        CHECK_MSG(fp4_safetensors_write(p, &t, 1, &e) == FP4_OK, "write good %zu: %s", i, e.msg);
+        CHECK_MSG(fp4_safetensors_read(p, &ts, &c, &e) == FP4_OK && c == 1 &&
+                  strcmp(ts[0].name, good[i]) == 0, "read good %zu: %s", i, e.msg);
+        if (ts) {
+            fp4_tensor_free(&ts[0]);
+            free(ts);
+        }
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(fp4_tensor_name_problem(bad[i][0]) != NULL, "bad name %zu", i);
+        snprintf(t.name, sizeof t.name, "%s", bad[i][0]);
+        CHECK_MSG(fp4_safetensors_write(p, &t, 1, &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "tensor name"),
+                  "write bad %zu: %s", i, e.msg);
+        snprintf(json, sizeof json, "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                 bad[i][1]);
+        write_st_raw(p, UINT64_MAX, json, 1);
+        expect_st(p, FP4_ERR_FORMAT, "bad name");
+    }
+    /* __metadata__ is the header's, never a tensor's */
+    CHECK(fp4_tensor_name_problem("__metadata__") != NULL);
+    snprintf(t.name, sizeof t.name, "__metadata__");
+    CHECK(fp4_safetensors_write(p, &t, 1, &e) == FP4_ERR_INVALID_ARG);
+    /* 127 bytes is the longest name; 128 is refused by both */
+    memset(longname, 'n', sizeof longname);
+    longname[FP4_TENSOR_NAME_LEN - 1] = '\0';
+    CHECK(fp4_tensor_name_problem(longname) == NULL);
+    longname[FP4_TENSOR_NAME_LEN - 1] = 'n';
+    longname[FP4_TENSOR_NAME_LEN] = '\0';
+    CHECK(fp4_tensor_name_problem(longname) != NULL);
+    memcpy(t.name, longname, sizeof t.name); /* unterminated */
+    CHECK(fp4_safetensors_write(p, &t, 1, &e) == FP4_ERR_INVALID_ARG);
+    remove(p);
+}
+
+/* UTF-8 validity (RFC 3629) and the '?' replacement of the JSON writer. */
+static void test_utf8(void)
+{
+    char s[16];
+    CHECK(fp4_utf8_valid("", 0) && fp4_utf8_valid("abc", 3));
+    CHECK(fp4_utf8_valid("\xc2\x80\xdf\xbf", 4));                 /* U+0080, U+07FF */
+    CHECK(fp4_utf8_valid("\xe0\xa0\x80\xef\xbf\xbf", 6));         /* U+0800, U+FFFF */
+    CHECK(fp4_utf8_valid("\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", 8)); /* U+10000, U+10FFFF */
+    CHECK(!fp4_utf8_valid("\x80", 1) && !fp4_utf8_valid("\xc1\xbf", 2)); /* stray, overlong */
+    CHECK(!fp4_utf8_valid("\xe0\x9f\xbf", 3) && !fp4_utf8_valid("\xed\xa0\x80", 3));
+    CHECK(!fp4_utf8_valid("\xf4\x90\x80\x80", 4) && !fp4_utf8_valid("\xf5\x80\x80\x80", 4));
+    CHECK(!fp4_utf8_valid("\xe2\x82", 2) && !fp4_utf8_valid("\xff", 1));
+    memcpy(s, "a\xff\xe2\x82\xac\xe2\x82", 8);
+    CHECK(fp4_utf8_sanitize(s, 8) == 3 && memcmp(s, "a?\xe2\x82\xac??", 8) == 0);
+}
+
+/* Spec files: the line limit holds while reading, labels must be UTF-8, and
+ * a list has at most FP4_MAX_CASES cases. */
+static void test_spec_limits(void)
+{
+    TMP_PATH(p, "long.spec");
+    fp4_case_list l;
+    fp4_err e = {FP4_OK, ""};
+    FILE *f;
+    char *big;
+    memset(&l, 0, sizeof l);
+
+    /* an 8 MB line: refused at byte 4097, with a short message */
+    f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("16 2048 6144 ok\n", f);
+        for (int i = 0; i < 8 * 1024; i++) fputs("16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 "
+                                                 "16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 ", f);
+        fputs("\n", f);
+        CHECK(fclose(f) == 0);
+    }
+    CHECK(fp4_cases_from_spec(&l, p, &e) == FP4_ERR_FORMAT);
+    CHECK_MSG(strstr(e.msg, "long.spec:2: line too long (more than 4096 bytes)") != NULL, "%s", e.msg);
+    fp4_cases_free(&l);
+
+    /* exactly 4096 bytes (plus the newline) is fine */
+    big = malloc(FP4_SPEC_LINE_MAX + 2);
+    CHECK(big != NULL);
+    if (big) {
+        memset(big, ' ', FP4_SPEC_LINE_MAX);
+        memcpy(big, "1 8 16 edge", 11);
+        big[FP4_SPEC_LINE_MAX] = '\n';
+        CHECK_MSG(fp4_cases_parse_spec(&l, big, FP4_SPEC_LINE_MAX + 1, "edge", &e) == FP4_OK && l.count == 1,
+                  "4096: %s", e.msg);
+        fp4_cases_free(&l);
+        big[FP4_SPEC_LINE_MAX] = ' ';
+        big[FP4_SPEC_LINE_MAX + 1] = '\n';
+        CHECK(fp4_cases_parse_spec(&l, big, FP4_SPEC_LINE_MAX + 2, "edge", &e) == FP4_ERR_FORMAT);
+        fp4_cases_free(&l);
+        free(big);
+    }
+
+    /* labels: valid UTF-8, no control characters, under 64 bytes */
+    CHECK(fp4_cases_parse_spec(&l, "1 8 16 caf\xc3\xa9\n", 13, "s", &e) == FP4_OK &&
+          strcmp(l.items[0].label, "caf\xc3\xa9") == 0);
+    fp4_cases_free(&l);
+    CHECK(fp4_cases_parse_spec(&l, "1 8 16 bad\xff\n", 12, "s", &e) == FP4_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(e.msg, "s:1: a label is not valid UTF-8") != NULL, "%s", e.msg);
+    fp4_cases_free(&l);
+    CHECK(fp4_cases_parse_spec(&l, "1 8 16 a\x01\n", 10, "s", &e) == FP4_ERR_INVALID_ARG &&
+          strstr(e.msg, "control character"));
+    fp4_cases_free(&l);
+    CHECK(fp4_cases_parse_spec(&l, "1 8 16 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 72, "s",
+                               &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "longer than 63 bytes"));
+    fp4_cases_free(&l);
+    CHECK(fp4_cases_add(&l, 1, 8, 16, "\xe2\x82", &e) == FP4_ERR_INVALID_ARG && l.count == 0);
+    fp4_cases_free(&l);
+
+    /* at most FP4_MAX_CASES cases */
+    {
+        size_t n = (size_t)(FP4_MAX_CASES + 1) * 7;
+        char *text = malloc(n);
+        CHECK(text != NULL);
+        if (text) {
+            for (size_t i = 0; i < n; i += 7) memcpy(text + i, "1 8 16\n", 7);
+            CHECK(fp4_cases_parse_spec(&l, text, n, "many", &e) == FP4_ERR_INVALID_ARG);
+            CHECK_MSG(strstr(e.msg, "more than 100000 cases") != NULL && l.count == FP4_MAX_CASES, "%s",
+                      e.msg);
+            fp4_cases_free(&l);
+            free(text);
+        }
+    }
+    remove(p);
+}
+
 int main(void)
 {
     g_verbose = getenv("FP4_TEST_VERBOSE") != NULL;
@@ -965,6 +1275,7 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    test_st_huge_shape(); /* first: it checks the peak RSS */
     test_dtype_helpers();
     test_npy_roundtrip();
     test_npy_header_text();
@@ -974,6 +1285,10 @@ int main(void)
     test_st_roundtrip();
     test_st_bad();
     test_nvfp4();
+    test_st_limits();
+    test_st_names();
+    test_utf8();
+    test_spec_limits();
     cleanup_dir();
     return check_finish("test_io");
 }

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "fp4/engine.h"
+#include "fp4/io.h"
 #include "fp4/report.h"
 
 static char tmpdir[64];
@@ -450,6 +451,129 @@ static void test_json_malformed(void)
     }
 }
 
+/* A row of the minimal document with one field's text replaced: m, median. */
+static void row_doc(char *buf, size_t cap, const char *m, const char *median, const char *label)
+{
+    snprintf(buf, cap,
+             "{\"schema_version\":1,\"rows\":[{\"label\":\"%s\",\"m\":%s,\"n\":2,\"k\":16,"
+             "\"backend\":\"b\",\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":1,"
+             "\"median\":%s}}]}",
+             label, m, median);
+}
+
+/* The limits and refusals of the reader, and what the writer does instead
+ * of writing what JSON cannot hold. */
+static void test_json_limits(void)
+{
+    char buf[1024], path[128];
+    fp4_report a, r;
+    fp4_err err;
+    fp4_status st;
+
+    /* non-finite numbers: never written (null instead), refused when read */
+    row_doc(buf, sizeof buf, "1", "1e999", "x");
+    expect_bad("inf.json", buf, FP4_ERR_FORMAT, "rows[0].time_us.median: number out of range");
+    row_doc(buf, sizeof buf, "1", "-1e400", "x");
+    expect_bad("neginf.json", buf, FP4_ERR_FORMAT, "not finite");
+    row_doc(buf, sizeof buf, "1e999", "1", "x");
+    expect_bad("mhuge.json", buf, FP4_ERR_FORMAT, "rows[0].m");
+    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[],\"settings\":{\"hot\":1e999}}");
+    expect_bad("flaginf.json", buf, FP4_ERR_FORMAT, "settings.hot");
+
+    /* integers: exact up to 2^53 - 1; a larger one may have been rounded */
+    row_doc(buf, sizeof buf, "9007199254740993", "1", "x");
+    expect_bad("m2p53p1.json", buf, FP4_ERR_FORMAT, "rows[0].m: integer beyond 2^53 - 1");
+    row_doc(buf, sizeof buf, "9007199254740992", "1", "x");
+    expect_bad("m2p53.json", buf, FP4_ERR_FORMAT, "rows[0].m");
+    row_doc(buf, sizeof buf, "-9007199254740992", "1", "x");
+    expect_bad("mneg2p53.json", buf, FP4_ERR_FORMAT, "rows[0].m");
+    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[],\"settings\":{\"seed\":9007199254740993}}");
+    expect_bad("seedbig.json", buf, FP4_ERR_FORMAT, "settings.seed");
+    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,"
+             "\"backend\":\"b\",\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":1e300}}]}");
+    expect_bad("countbig.json", buf, FP4_ERR_FORMAT, "rows[0].time_us.count");
+    row_doc(buf, sizeof buf, "9007199254740991", "1", "x");
+    st = fp4_report_parse_json(buf, strlen(buf), "max.json", &r, &err);
+    CHECK_MSG(st == FP4_OK && r.nrows == 1 && r.rows[0].shape.m == 9007199254740991ll, "2^53 - 1: %s",
+              fp4_err_text(&err));
+    fp4_report_free(&r);
+
+    /* strings must be UTF-8 */
+    row_doc(buf, sizeof buf, "1", "1", "bad\xff");
+    expect_bad("badutf8.json", buf, FP4_ERR_FORMAT, "rows[0].label: string is not valid UTF-8");
+    row_doc(buf, sizeof buf, "1", "1", "\xed\xa0\x80"); /* an encoded surrogate */
+    expect_bad("surrogate.json", buf, FP4_ERR_FORMAT, "rows[0].label");
+    row_doc(buf, sizeof buf, "1", "1", "caf\xc3\xa9");
+    st = fp4_report_parse_json(buf, strlen(buf), "utf8.json", &r, &err);
+    CHECK_MSG(st == FP4_OK && strcmp(r.rows[0].label, "caf\xc3\xa9") == 0, "utf8: %s", fp4_err_text(&err));
+    fp4_report_free(&r);
+
+    /* from memory: the text need not end in a NUL; an embedded NUL is refused */
+    {
+        size_t n;
+        char *exact;
+        row_doc(buf, sizeof buf, "1", "1", "x");
+        n = strlen(buf);
+        exact = malloc(n);
+        CHECK(exact != NULL);
+        if (exact) {
+            memcpy(exact, buf, n);
+            CHECK(fp4_report_parse_json(exact, n, "exact.json", &r, &err) == FP4_OK && r.nrows == 1);
+            fp4_report_free(&r);
+            CHECK(fp4_report_parse_json(exact, n - 1, "cut.json", &r, &err) == FP4_ERR_FORMAT);
+            fp4_report_free(&r);
+            free(exact);
+        }
+        buf[n - 1] = '\0';
+        buf[n] = '}';
+        CHECK(fp4_report_parse_json(buf, n + 1, "nul.json", &r, &err) == FP4_ERR_FORMAT &&
+              strstr(err.msg, "NUL byte") != NULL);
+        fp4_report_free(&r);
+    }
+
+    /* the size cap is checked before reading: a sparse file 1 byte over */
+    tmp_path(path, sizeof path, "huge.json");
+    {
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        if (f) {
+            CHECK(ftruncate(fileno(f), (off_t)FP4_JSON_MAX_BYTES + 1) == 0);
+            fclose(f);
+        }
+    }
+    expect_bad("huge.json", NULL, FP4_ERR_FORMAT, "more than the 268435456 bytes (256 MiB)");
+
+    /* the writer: NaN and infinities become null; bytes that are not UTF-8
+     * (a host name in another encoding, a label cut mid-character) become '?',
+     * so the file always reads back */
+    make_report(&a);
+    a.rows[0].t.median = INFINITY;
+    a.rows[0].err_max = -INFINITY;
+    a.rows[0].err_norm = NAN;
+    snprintf(a.host, sizeof a.host, "h\xff\xfe");
+    snprintf(a.rows[0].reason, sizeof a.rows[0].reason, "cut \xe2\x82");
+    a.set.seed = 9007199254740992ull; /* 2^53: a string, not a number */
+    tmp_path(path, sizeof path, "sanitized.json");
+    CHECK(fp4_report_write_json(path, &a, &err) == FP4_OK);
+    {
+        char *text = slurp_path(path);
+        CHECK(text && fp4_utf8_valid(text, strlen(text)));
+        CHECK(text && strstr(text, "\"h??\"") && strstr(text, "\"cut ??\""));
+        CHECK(text && strstr(text, "\"9007199254740992\""));
+        CHECK(text && !strstr(text, "inf") && !strstr(text, "nan"));
+        free(text);
+    }
+    st = fp4_report_read_json(path, &r, &err);
+    CHECK_MSG(st == FP4_OK, "sanitized: %s", fp4_err_text(&err));
+    if (st == FP4_OK) {
+        CHECK(strcmp(r.host, "h??") == 0 && isnan(r.rows[0].t.median) && isnan(r.rows[0].err_max));
+        CHECK(r.set.seed == 9007199254740992ull);
+    }
+    fp4_report_free(&r);
+    fp4_report_free(&a);
+    remove(path);
+}
+
 /* Split one CSV line (RFC 4180) into fields; returns the count. Field i is
  * copied into out[i] when i < maxf. */
 static int csv_split(const char *line, char out[][128], int maxf)
@@ -680,6 +804,7 @@ int main(void)
     }
     test_json_round_trip();
     test_json_malformed();
+    test_json_limits();
     test_csv();
     test_compare();
     test_table();

@@ -67,7 +67,10 @@ typedef enum fp4_math {
 enum {
     FP4_BACKEND_GPU = 1u << 0,       /* runs on a CUDA stream */
     FP4_BACKEND_REFERENCE = 1u << 1, /* exact: an oracle, not a contender */
-    FP4_BACKEND_LOSSY = 1u << 2      /* rounds operands (e.g. to fp8) */
+    FP4_BACKEND_LOSSY = 1u << 2,     /* rounds operands (e.g. to fp8) */
+    /* Times something other than a GEMM (the quantizer alone): its rows get no
+     * ratio against the baseline GEMM, which would compare unlike work. */
+    FP4_BACKEND_NOT_GEMM = 1u << 3
 };
 
 typedef struct fp4_backend_ops {

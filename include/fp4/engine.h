@@ -50,6 +50,13 @@ typedef struct fp4_settings {
     int keep_samples;       /* put every sample in the JSON */
     int measure_ceilings;   /* measure bandwidth and bf16 rate (GPU) */
     int verify_only;        /* verify, do not time */
+    /* Reference backends (FP4_BACKEND_REFERENCE) verify the others; they are
+     * timed only when this is set or when nothing else runs. */
+    int time_reference;
+    /* The backends of a round run in an order shuffled every round (so that
+     * no backend always follows the same neighbour), from a generator seeded
+     * with this and the shape; 0 at create: derived from seed. */
+    uint64_t order_seed;
 } fp4_settings;
 
 void fp4_settings_default(fp4_settings *s);

@@ -5,6 +5,11 @@
  *       bf16: no other 2-byte void type is meaningful here).
  * .safetensors: 8-byte little-endian header length, a JSON header (parsed with
  *       cJSON), then the data; dtypes U8, F8_E4M3, F32, F16, BF16.
+ * Limits (checked before anything is allocated for them; docs/FORMAT.md):
+ *       .npy header <= 1 MiB; safetensors header <= 100,000,000 bytes, JSON
+ *       nesting <= FP4_ST_MAX_DEPTH, arrays <= FP4_ST_MAX_ARRAY entries, at most
+ *       FP4_ST_MAX_VALUES JSON values in all; tensor names as
+ *       fp4_tensor_name_problem says.
  * NVFP4 checkpoints follow ModelOpt: `weight` U8 [N, K/2], `weight_scale`
  * F8_E4M3 [N, K/16] (plain row-major), `weight_scale_2` F32 [] (decode scale),
  * optional `input_scale` F32 []. */
@@ -31,7 +36,13 @@ typedef enum fp4_dtype {
 } fp4_dtype;
 
 #define FP4_MAX_DIMS 4
-#define FP4_TENSOR_NAME_LEN 128
+#define FP4_TENSOR_NAME_LEN 128 /* a tensor's name, with its NUL */
+
+/* Safetensors header limits, enforced by a scan of the header text before
+ * cJSON builds a tree of it (a tree costs about 64 bytes per value). */
+#define FP4_ST_MAX_DEPTH 8          /* a real header nests 3 deep */
+#define FP4_ST_MAX_ARRAY 64         /* shape and data_offsets are short lists */
+#define FP4_ST_MAX_VALUES (1 << 21) /* about 250,000 tensors */
 
 /* A dense tensor in host memory; owns data when filled by a reader. */
 typedef struct fp4_tensor {
@@ -50,6 +61,10 @@ void fp4_tensor_free(fp4_tensor *t);
 
 /* Read a .npy file (float32, float16 or bf16 as described above; u8 too). */
 fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err);
+/* The same from the len bytes at buf (a whole file's content); name is used
+ * in messages. */
+fp4_status fp4_npy_parse(const void *buf, size_t len, const char *name, fp4_tensor *out,
+                         fp4_err *err);
 /* Write t as .npy (F32 '<f4', F16 '<f2', U8 '|u1'; BF16 as '<V2'). */
 fp4_status fp4_npy_write(const char *path, const fp4_tensor *t, fp4_err *err);
 
@@ -57,8 +72,24 @@ fp4_status fp4_npy_write(const char *path, const fp4_tensor *t, fp4_err *err);
  * *count tensors, free each with fp4_tensor_free and the array with free(). */
 fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count,
                                 fp4_err *err);
+/* The same from the len bytes at buf (a whole file's content); name is used
+ * in messages. */
+fp4_status fp4_safetensors_parse(const void *buf, size_t len, const char *name, fp4_tensor **out,
+                                 int *count, fp4_err *err);
 fp4_status fp4_safetensors_write(const char *path, const fp4_tensor *tensors, int count,
                                  fp4_err *err);
+/* Why name cannot be a tensor name, or NULL when it can. The one rule for
+ * the safetensors reader and writer: 1 to FP4_TENSOR_NAME_LEN - 1 bytes,
+ * valid UTF-8, no control characters (so no NUL), not "__metadata__". */
+const char *fp4_tensor_name_problem(const char *name);
+
+/* 1 when s[0..len) is well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), else 0. */
+int fp4_utf8_valid(const char *s, size_t len);
+/* Replace every byte of s[0..len) that is not part of a well-formed UTF-8
+ * sequence by '?', in place (lengths do not change); returns how many. */
+size_t fp4_utf8_sanitize(char *s, size_t len);
+
 /* The tensor of that name in an array, or NULL. */
 const fp4_tensor *fp4_tensor_find(const fp4_tensor *tensors, int count, const char *name);
 

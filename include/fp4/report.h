@@ -19,6 +19,9 @@ extern "C" {
  * backend, median us, ratio, TFLOP/s, GB/s, % roofline, verified) with
  * unsupported / FAILED cells carrying the reason. */
 void fp4_report_print_table(FILE *f, const fp4_report *r);
+/* The same table; verbose != 0 prints unsupported / FAILED reasons in full
+ * (the plain table cuts them to one short cell). */
+void fp4_report_print_table_verbose(FILE *f, const fp4_report *r, int verbose);
 /* The header lines: device, ceilings, settings. */
 void fp4_report_print_header(FILE *f, const fp4_report *r);
 
@@ -26,7 +29,15 @@ void fp4_report_print_header(FILE *f, const fp4_report *r);
  * (temporary file then rename), so the file is always a complete document
  * (fp4bench run rewrites it after every row). */
 fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err *err);
+/* Read such a file back (docs/JSON.md, "Reading rules"). A file larger than
+ * FP4_JSON_MAX_BYTES is refused before it is read; numbers must be finite,
+ * integers within +-(2^53 - 1), strings valid UTF-8 (FP4_ERR_FORMAT). */
+#define FP4_JSON_MAX_BYTES (256ull << 20) /* 256 MiB */
 fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err);
+/* The same from the len bytes of JSON text at text (need not end in a NUL);
+ * name is used in messages. */
+fp4_status fp4_report_parse_json(const char *text, size_t len, const char *name, fp4_report *r,
+                                 fp4_err *err);
 
 /* CSV: header once, then one line per row, flushed. */
 fp4_status fp4_csv_write_header(FILE *f, fp4_err *err);
@@ -34,13 +45,24 @@ fp4_status fp4_csv_write_row(FILE *f, const fp4_row *row, fp4_err *err);
 
 /* compare OLD NEW: per (backend, shape, label, l2) ratio new/old of medians
  * with a verdict: "faster", "slower", "same" (within noise or threshold),
- * "new", "gone", "failed". Returns the number of regressions (slower by more
- * than threshold and outside the combined noise), -1 on error. */
+ * "new", "gone", "failed"; rows timed on the host (CPU backends) get
+ * "cpu-faster" / "cpu-slower" instead, which are not regressions (see
+ * src/report/compare.c). Returns the number of regressions (slower by more
+ * than threshold and outside the combined noise), -1 on error. Before the
+ * table, one warning line per setting the two runs differ in. */
 typedef struct fp4_compare_opts {
     double threshold; /* default 0.05 */
 } fp4_compare_opts;
 int fp4_report_compare(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
                        const fp4_compare_opts *opts, fp4_err *err);
+/* fp4_report_compare in two parts, for a caller that wants the warnings
+ * elsewhere (fp4bench: stderr) than the table: the settings warnings alone,
+ * one "warning: ..." line on f (NULL: none) per setting that differs (GPU,
+ * driver, data, L2 mode, timing mode, noise target, time limits, ...),
+ * returning how many differ; and the table without them. */
+int fp4_report_compare_settings(FILE *f, const fp4_report *old_r, const fp4_report *new_r);
+int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
+                            const fp4_compare_opts *opts, fp4_err *err);
 
 #ifdef __cplusplus
 }

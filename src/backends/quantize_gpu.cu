@@ -296,7 +296,7 @@ extern "C" const fp4_backend_ops fp4_backend_quantize = {
     FP4_BACKEND_API_VERSION,                                          /* api_version */
     "quantize",                                                       /* name */
     "GPU NVFP4 quantizer alone: bf16 A -> codes + swizzled scales, static scale", /* summary */
-    FP4_BACKEND_GPU,     /* flags: a contender, checked through the exact GEMM */
+    FP4_BACKEND_GPU | FP4_BACKEND_NOT_GEMM, /* flags: checked through the exact GEMM; no ratio */
     FP4_MATH_CUDA_CORES, /* math */
     0.0,                 /* tol_max: exact (the reference GEMM on exact codes) */
     0.0,                 /* tol_norm: exact */

@@ -167,7 +167,9 @@ void fp4_device_describe(fp4_device_info *info)
     struct cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(info->why_absent, sizeof info->why_absent, "%s",
+        /* the one place the CUDA error is kept: the header prints it once, the
+         * GPU backends' rows then say only "no NVIDIA GPU" */
+        snprintf(info->why_absent, sizeof info->why_absent, "no NVIDIA GPU/driver found: %s",
                  e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
         (void)cudaGetLastError();
         return;

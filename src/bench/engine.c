@@ -71,6 +71,7 @@ typedef struct slot {
     void *plan;
     fp4_row row;
     int active; /* verified, being timed */
+    int untimed; /* a reference backend that only verifies (fp4_settings.time_reference) */
     int gpu;
     int done;   /* stop rule satisfied */
     fp4_status fail; /* why the slot stopped (FP4_OK while it has not) */
@@ -104,6 +105,27 @@ static uint64_t operand_seed(uint64_t seed, const fp4_shape *s, int role)
     return h * 31 + (uint64_t)role;
 }
 
+/* xorshift64* step of the round order's generator */
+static uint64_t order_next(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/* order[0..n) = a fresh uniform permutation of 0..n-1 (Fisher-Yates) */
+static void order_shuffle(uint64_t *x, int *order, int n)
+{
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = (int)(order_next(x) % (uint64_t)(i + 1));
+        const int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 /* ---- engine life cycle ------------------------------------------------------ */
 
 fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_engine **out,
@@ -114,6 +136,7 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
     *out = NULL;
     if (!e) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for the engine");
     e->set = *set;
+    if (!e->set.order_seed) e->set.order_seed = (set->seed ^ 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull | 1u;
     fp4_device_describe(&e->dev);
 #ifdef FP4_HAVE_CUDA
     if (e->dev.present) {
@@ -179,6 +202,11 @@ static fp4_status instance_of(fp4_engine *e, const fp4_backend_ops *ops, void **
     ob->ops = ops;
     fp4_err_clear(&ob->err);
     ob->st = fp4_backend_validate(ops, &ob->err);
+    /* Without a GPU every GPU backend would fail its open with the same CUDA
+     * error; report->dev.why_absent holds that error once, the rows a short
+     * reason. */
+    if (ob->st == FP4_OK && (ops->flags & FP4_BACKEND_GPU) && !e->dev.present)
+        ob->st = fp4_fail(&ob->err, FP4_ERR_UNSUPPORTED, "no NVIDIA GPU");
     if (ob->st == FP4_OK) ob->st = ops->open(&ob->inst, &ob->err);
     if (ob->st == FP4_OK && ops->set_warnings) ops->set_warnings(ob->inst, &e->warn);
     if (ob->st != FP4_OK && !ob->err.msg[0])
@@ -643,15 +671,24 @@ static void slot_reset_timing(slot *s)
 
 /* Interleaved timing of every active slot: warm-up by time, then rounds
  * until every slot meets the stop rule or the measurement's time limit. */
-static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_clock, fp4_err *err)
+static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, const fp4_shape *shape,
+                             double *warm_clock, fp4_err *err)
 {
     fp4_err serr;
     double t0 = now_s();
     int any;
+    /* every round in a fresh order: a backend's time must not depend on which
+     * one ran before it (a slow neighbour leaves the clocks and caches in
+     * another state); seeded per shape, so a run is reproducible */
+    uint64_t ox = operand_seed(e->set.order_seed, shape, 7) | 1u;
+    int *order = malloc((size_t)ns * sizeof *order);
+    if (!order) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for the round order");
     /* warm-up: whole rounds until warmup_ms has passed, at least one */
     do {
         any = 0;
-        for (int i = 0; i < ns; i++) {
+        order_shuffle(&ox, order, ns);
+        for (int j = 0; j < ns; j++) {
+            const int i = order[j];
             double us = 0;
             if (!slots[i].active) continue;
             any = 1;
@@ -666,8 +703,9 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
     t0 = now_s();
     for (;;) {
         int running = 0;
-        for (int i = 0; i < ns; i++) {
-            slot *s = &slots[i];
+        order_shuffle(&ox, order, ns);
+        for (int j = 0; j < ns; j++) {
+            slot *s = &slots[order[j]];
             double us = 0;
             if (!s->active) continue;
             fp4_status st = take_sample(e, s, &us, &serr);
@@ -675,7 +713,10 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
                 slot_fail(s, st, &serr, "timing");
                 continue;
             }
-            if ((st = push_sample(&s->samples, &s->ns, &s->cap, us, err)) != FP4_OK) return st;
+            if ((st = push_sample(&s->samples, &s->ns, &s->cap, us, err)) != FP4_OK) {
+                free(order);
+                return st;
+            }
             telemetry_sample(e, s); /* before the light phase: the clock of the sample */
             if ((st = light_phase(e, s, us, &serr)) != FP4_OK) {
                 slot_fail(s, st, &serr, "light phase");
@@ -719,12 +760,16 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, double *warm_cl
                     slot_fail(s, lst, &serr, "launch timing");
                     continue;
                 }
-                if (push_sample(&s->launch, &s->nl, &cap, us, err) != FP4_OK) return FP4_ERR_NOMEM;
+                if (push_sample(&s->launch, &s->nl, &cap, us, err) != FP4_OK) {
+                    free(order);
+                    return FP4_ERR_NOMEM;
+                }
             }
         for (int i = 0; i < ns; i++)
             if (slots[i].nl) fp4_stats_compute(slots[i].launch, slots[i].nl, &slots[i].row.t_launch);
     }
 #endif
+    free(order);
     return FP4_OK;
 }
 
@@ -852,6 +897,21 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         }
     }
 
+    /* the references verify; they are timed only when asked to, when one is
+     * the ratios' baseline, or when they are all there is (a machine with no
+     * GPU times cpu-ref) */
+    if (!e->set.time_reference) {
+        int contenders = 0;
+        for (int i = 0; i < nb; i++)
+            contenders += slots[i].active && !(slots[i].ops->flags & FP4_BACKEND_REFERENCE);
+        for (int i = 0; i < nb; i++)
+            if (contenders && slots[i].active && (slots[i].ops->flags & FP4_BACKEND_REFERENCE) &&
+                strcmp(slots[i].ops->name, e->set.baseline) != 0) { /* a baseline is timed */
+                slots[i].active = 0;
+                slots[i].untimed = 1;
+            }
+    }
+
     for (int pass = 0; pass < (opt->light ? opt->npasses : 1); pass++) {
         e->light_ratio = opt->light ? opt->light[pass] : 0;
         /* time the verified ones together */
@@ -863,19 +923,22 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
                 if ((st = plan_batch(e, &slots[i], &berr)) != FP4_OK)
                     slot_fail(&slots[i], st, &berr, "timing setup");
             }
-            if ((st = time_slots(e, slots, nb, &warm_clock, err)) != FP4_OK) goto out;
+            if ((st = time_slots(e, slots, nb, &c->shape, &warm_clock, err)) != FP4_OK) goto out;
         }
 
         const slot *base = NULL;
         for (int i = 0; i < nb; i++)
             if (e->set.baseline[0] && strcmp(slots[i].ops->name, e->set.baseline) == 0)
                 base = &slots[i];
+        /* a ratio only compares GEMM with GEMM (FP4_BACKEND_NOT_GEMM) */
+        if (base && (base->ops->flags & FP4_BACKEND_NOT_GEMM)) base = NULL;
         for (int i = 0; i < nb; i++) {
             slot *s = &slots[i];
             if (s->active && !e->set.verify_only) {
                 fill_metrics(e, report, s);
                 fill_telemetry(s, warm_clock);
-                if (base && base != s) fill_ratio(s, base);
+                if (base && base != s && !(s->ops->flags & FP4_BACKEND_NOT_GEMM))
+                    fill_ratio(s, base);
                 if (base == s) {
                     s->row.has_ratio = 1;
                     s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 1.0;

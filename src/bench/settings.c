@@ -46,4 +46,6 @@ void fp4_settings_default(fp4_settings *s)
     s->keep_samples = 0;
     s->measure_ceilings = 1;
     s->verify_only = 0;
+    s->time_reference = 0;
+    s->order_seed = 0;
 }

@@ -3,8 +3,8 @@
  * runtime errors) or follow it (warnings). The only layer that prints on its
  * own account or exits.
  * Exit codes: 0 success; 1 a check failed (verification mismatch, FAILED
- * row, regression); 2 usage error; 3 runtime error (bad file, bad shape,
- * backend or CUDA failure outside a measured row). */
+ * row, regression); 2 usage error (a bad option or value, --shape included);
+ * 3 runtime error (bad file, backend or CUDA failure outside a measured row). */
 #ifndef FP4_CLI_ARGS_H
 #define FP4_CLI_ARGS_H
 

@@ -8,10 +8,35 @@
 #include "fp4/shapes.h"
 
 static const char list_usage[] =
-    "usage: fp4bench list\n"
+    "usage: fp4bench list [--preset NAME]\n"
     "\n"
     "Every backend compiled in, whether it can run on this machine and if not why,\n"
-    "and the workload presets.\n";
+    "and the workload presets.\n"
+    "\n"
+    "  --preset NAME   only that preset's shapes, one 'M N K label' line each (the format\n"
+    "                  of --spec files); an unknown NAME is a usage error (exit 2)\n";
+
+/* The shapes of one preset in the spec-file format, so that the output can be
+ * edited and fed back with run --spec. */
+static int list_preset(const cli_args *a, const char *name)
+{
+    fp4_case_list cases = {0};
+    fp4_err err;
+    if (fp4_cases_from_preset(&cases, name, &err) != FP4_OK) {
+        if (err.status == FP4_ERR_NOT_FOUND) cli_usage_error(a, "--preset: %s", err.msg);
+        cli_die(a->cmd, &err);
+    }
+    for (int i = 0; i < cases.count; i++)
+        printf("%lld %lld %lld %s\n", (long long)cases.items[i].shape.m,
+               (long long)cases.items[i].shape.n, (long long)cases.items[i].shape.k,
+               cases.items[i].label);
+    fp4_cases_free(&cases);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "%s: error: cannot write to stdout\n", a->cmd);
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
 
 int cmd_list(int argc, char **argv)
 {
@@ -20,13 +45,17 @@ int cmd_list(int argc, char **argv)
     fp4_report report;
     fp4_engine *engine;
     fp4_err err;
+    const char *preset = NULL;
     while (a.i < argc) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(list_usage, stdout);
             return 0;
+        } else if (cli_value(&a, "--preset", &preset)) {
+            continue;
         }
         cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
     }
+    if (preset) return list_preset(&a, preset);
     fp4_settings_default(&set);
     memset(&report, 0, sizeof report);
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);

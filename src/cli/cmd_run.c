@@ -1,4 +1,5 @@
 /* fp4bench run (and the default suite): measure cases on backends and report. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +26,18 @@ static const char run_usage[] =
     "are timed interleaved (A B C A B C ...), cold L2, in CUDA graphs.\n"
     "\n"
     "workload (default: --preset seed; several may be combined):\n"
-    "  --shape MxNxK[,MxNxK...]   explicit shapes, e.g. 16x2048x6144,64x768x6144\n"
-    "  --preset NAME              seed | sweep-m | targets | models | odd (fp4bench list shows them)\n"
+    "  --shape MxNxK[,MxNxK...]   explicit shapes, e.g. 16x2048x6144,64x768x6144 (a bad one\n"
+    "                             is a usage error: exit 2)\n"
+    "  --preset NAME              seed | sweep-m | targets | models | odd\n"
+    "                             (fp4bench list --preset NAME shows the shapes)\n"
     "  --spec FILE                one problem per line: M N K [label]; '#' comments\n"
     "backends:\n"
     "  --backend a,b,...          names from fp4bench list, or 'all' (default: every GPU backend\n"
     "                             when a GPU is present, else cpu-ref)\n"
     "  --plugin FILE.so           load an external backend (repeatable)\n"
     "  --baseline NAME            the ratio column is baseline time / backend time\n"
-    "                             (default cublas-bf16 when it is measured)\n"
+    "                             (default cublas-bf16 when it is measured); a backend that\n"
+    "                             is not a GEMM (quantize) has no ratio and is no baseline\n"
     "measurement:\n"
     "  --data gaussian|codes|outliers   operand data (default gaussian)\n"
     "  --seed N                   operand seed (default 1)\n"
@@ -46,16 +50,24 @@ static const char run_usage[] =
     "  --max-time S               time limit per measurement in seconds (default 10; 3 without GPU)\n"
     "  --no-ceilings              do not measure bandwidth / tensor-rate ceilings\n"
     "  --verify-only              verify every backend, do not time\n"
+    "  --time-reference           also time the reference backends (cpu-ref, cuda-ref); by\n"
+    "                             default they only verify, unless nothing else runs\n"
     "output:\n"
-    "  --json FILE                versioned JSON (docs/JSON.md), rewritten after every row\n"
-    "  --csv FILE                 CSV, one line per row, flushed as it goes\n"
+    "  --json FILE                versioned JSON (docs/JSON.md), rewritten after every row;\n"
+    "                             '-': to stdout once, at the end\n"
+    "  --csv FILE                 CSV, one line per row, flushed as it goes; '-': to stdout\n"
+    "                             (at most one of --json, --csv may be '-'; with '-' the\n"
+    "                             header lines and the table go to stderr)\n"
     "  --samples                  keep every sample in the JSON\n"
+    "  --verbose                  unsupported / FAILED reasons in full in the table (the JSON\n"
+    "                             and CSV always have them in full)\n"
     "  --quiet                    no progress line\n"
     "\n"
-    "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage, 3 runtime error\n";
+    "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage error (a bad\n"
+    "             option or --shape), 3 runtime error (a bad file, a CUDA failure)\n";
 
 typedef struct run_ctx {
-    const char *json_path;
+    const char *json_path; /* NULL: none, or JSON to stdout (written at the end) */
     FILE *csv;
     int progress;
     int total, done;
@@ -118,6 +130,41 @@ static void add_backends(const cli_args *a, const char *names, const fp4_backend
     }
 }
 
+/* --json -: the JSON writer writes files atomically (a temporary file, then
+ * rename), so the document goes to a private temporary directory first and
+ * is copied to stdout from there. */
+static fp4_status json_to_stdout(const fp4_report *report, fp4_err *err)
+{
+    char dir[4096], path[4096 + 16], buf[65536];
+    const char *tmp = getenv("TMPDIR");
+    fp4_status st;
+    FILE *f;
+    size_t n;
+    char *d;
+    if (!tmp || !tmp[0]) tmp = "/tmp";
+    if (snprintf(dir, sizeof dir, "%s/fp4bench-XXXXXX", tmp) >= (int)sizeof dir)
+        return fp4_fail(err, FP4_ERR_IO, "TMPDIR is too long");
+    d = mkdtemp(dir);
+    if (!d) return fp4_fail(err, FP4_ERR_IO, "cannot create a temporary directory in %s: %s", tmp,
+                            strerror(errno));
+    snprintf(path, sizeof path, "%s/report.json", d);
+    st = fp4_report_write_json(path, report, err);
+    if (st == FP4_OK) {
+        f = fopen(path, "rb");
+        if (!f) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
+        while (st == FP4_OK && (n = fread(buf, 1, sizeof buf, f)) > 0)
+            if (fwrite(buf, 1, n, stdout) != n)
+                st = fp4_fail(err, FP4_ERR_IO, "cannot write the JSON to stdout");
+        if (f && ferror(f) && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
+        if (f) fclose(f);
+    }
+    if (remove(path) != 0 && st == FP4_OK && errno != ENOENT)
+        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", path);
+    if (rmdir(d) != 0 && st == FP4_OK)
+        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", d);
+    return st;
+}
+
 static void now_iso(char *buf, size_t len)
 {
     time_t t = time(NULL);
@@ -134,7 +181,9 @@ int cmd_run(int argc, char **argv, int default_suite)
     const fp4_backend_ops *backends[MAX_BACKENDS];
     void *plugin_handles[MAX_PLUGINS];
     int nbackends = 0, nplugins = 0, max_time_given = 0, no_ceilings = 0, quiet = 0;
-    const char *v, *csv_path = NULL, *backend_arg = NULL;
+    const char *v, *csv_path = NULL, *backend_arg = NULL, *json_arg = NULL;
+    int verbose = 0;
+    FILE *out = stdout; /* header and table: stderr when the data goes to stdout */
     fp4_err err;
     fp4_report report;
     fp4_engine *engine = NULL;
@@ -168,7 +217,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);
         } else if (cli_value(&a, "--json", &v)) {
-            ctx.json_path = v;
+            json_arg = v;
         } else if (cli_value(&a, "--csv", &v)) {
             csv_path = v;
         } else if (cli_value(&a, "--seed", &v)) {
@@ -198,16 +247,25 @@ int cmd_run(int argc, char **argv, int default_suite)
             max_time_given = 1;
         } else if (cli_flag(&a, "--no-ceilings")) {
             no_ceilings = 1;
+        } else if (cli_flag(&a, "--time-reference")) {
+            set.time_reference = 1;
         } else if (cli_flag(&a, "--verify-only")) {
             set.verify_only = 1;
         } else if (cli_flag(&a, "--samples")) {
             set.keep_samples = 1;
         } else if (cli_flag(&a, "--quiet")) {
             quiet = 1;
+        } else if (cli_flag(&a, "--verbose")) {
+            verbose = 1;
         } else {
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
         }
     }
+    if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
+        cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
+    if (json_arg && strcmp(json_arg, "-") != 0) ctx.json_path = json_arg;
+    if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0))
+        out = stderr;
     if (cases.count == 0 && fp4_cases_from_preset(&cases, "seed", &err) != FP4_OK) cli_die(a.cmd, &err);
 
     /* the engine looks for the GPU; defaults depend on what it finds */
@@ -230,6 +288,11 @@ int cmd_run(int argc, char **argv, int default_suite)
         int found = 0;
         for (int i = 0; i < nbackends; i++) found |= strcmp(backends[i]->name, set.baseline) == 0;
         if (!found) cli_usage_error(&a, "--baseline '%s' is not among the measured backends", set.baseline);
+        for (int i = 0; i < nbackends; i++)
+            if (strcmp(backends[i]->name, set.baseline) == 0 &&
+                (backends[i]->flags & FP4_BACKEND_NOT_GEMM))
+                cli_usage_error(&a, "--baseline '%s' is not a GEMM: no ratio against it means anything",
+                                set.baseline);
     }
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
 
@@ -245,7 +308,10 @@ int cmd_run(int argc, char **argv, int default_suite)
         snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
     }
 
-    if (csv_path) {
+    if (csv_path && strcmp(csv_path, "-") == 0) {
+        ctx.csv = stdout;
+        if (fp4_csv_write_header(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+    } else if (csv_path) {
         ctx.csv = fopen(csv_path, "w");
         if (!ctx.csv) {
             fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
@@ -261,8 +327,8 @@ int cmd_run(int argc, char **argv, int default_suite)
         if (fp4_engine_measure_ceilings(engine, &report, &err) != FP4_OK)
             fprintf(stderr, "fp4bench: warning: ceilings not measured: %s\n", fp4_err_text(&err));
     }
-    fp4_report_print_header(stdout, &report);
-    fflush(stdout);
+    fp4_report_print_header(out, &report);
+    fflush(out);
     if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
         cli_die(a.cmd, &err);
 
@@ -278,12 +344,23 @@ int cmd_run(int argc, char **argv, int default_suite)
         }
     }
     if (ctx.progress) fputs("\r\033[K", stderr);
-    fp4_report_print_table(stdout, &report);
+    fp4_report_print_table_verbose(out, &report, verbose);
+    if (json_arg && strcmp(json_arg, "-") == 0 && json_to_stdout(&report, &err) != FP4_OK) {
+        fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
+        if (rc == 0) rc = EXIT_RUNTIME;
+    }
     for (int i = 0; i < report.nrows; i++)
         if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
     if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
 
-    if (ctx.csv) fclose(ctx.csv);
+    if (ctx.csv && ctx.csv != stdout && fclose(ctx.csv) != 0) {
+        fprintf(stderr, "%s: error: cannot write %s\n", a.cmd, csv_path);
+        if (rc == 0) rc = EXIT_RUNTIME;
+    }
+    if (fflush(stdout) != 0 && rc == 0) { /* a full disk or a closed pipe under --csv - */
+        fprintf(stderr, "%s: error: cannot write to stdout\n", a.cmd);
+        rc = EXIT_RUNTIME;
+    }
     fp4_warnings warn;
     fp4_warnings_clear(&warn);
     fp4_engine_destroy(engine, &warn);

@@ -15,7 +15,8 @@ static const char usage[] =
     "commands:\n"
     "  (none)      run the default suite: the seed shapes on every backend available here\n"
     "  run         measure shapes on backends (see fp4bench run --help)\n"
-    "  list        every backend compiled in, whether it can run here, and if not, why\n"
+    "  list        every backend compiled in, whether it can run here, and if not, why;\n"
+    "              the presets (list --preset NAME: that preset's shapes)\n"
     "  quantize    float/bf16 .npy -> NVFP4 safetensors (ModelOpt layout)\n"
     "  gemm        multiply two NVFP4 safetensors into a .npy\n"
     "  check       check another kernel's output against the exact reference\n"
@@ -25,7 +26,8 @@ static const char usage[] =
     "  --version   version and git commit\n"
     "\n"
     "exit status: 0 ok, 1 a check failed (mismatch, FAILED row, regression),\n"
-    "             2 usage error, 3 runtime error (bad file, bad shape, CUDA failure)\n";
+    "             2 usage error (bad option, bad --shape), 3 runtime error (bad file,\n"
+    "             CUDA failure)\n";
 
 int main(int argc, char **argv)
 {

@@ -326,13 +326,22 @@ static int descr_dtype(const char *d, fp4_dtype *t)
 
 /* ---- reading ------------------------------------------------------------------ */
 
-/* Read a whole .npy into out (see io.h). On failure out is an empty tensor. */
-fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
+/* A safetensors file starts with its header length (u64 LE) and the header,
+ * a JSON object: say so instead of "bad magic" when pre looks like that. */
+static int looks_like_safetensors(const unsigned char *pre, long long fsize)
+{
+    unsigned long long hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | pre[i];
+    return pre[8] == '{' && hlen >= 2 && hlen <= (unsigned long long)(fsize - 8);
+}
+
+/* Read a whole .npy from src into out. On failure out is an empty tensor. */
+static fp4_status npy_read_src(fp4_io_src *src, fp4_tensor *out, fp4_err *err)
 {
     fp4_status st = FP4_OK;
-    FILE *f = NULL;
+    const char *path = src->name;
     char *hdr = NULL;
-    long long fsize = 0;
+    long long fsize = src->size;
     unsigned char pre[12];
     size_t pre_len, hlen, nbytes, numel = 1;
     long long avail;
@@ -341,20 +350,18 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
     fp4_tensor t;
 
     memset(&t, 0, sizeof t);
-    if (out) memset(out, 0, sizeof *out);
-    if (!out || !path) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_read: NULL argument");
-    st = fp4_io_open_sized(path, &f, &fsize, err);
-    if (st) goto out;
-
     if (fsize < 10) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, too short for a .npy file",
                       path, fsize);
         goto out;
     }
-    st = fp4_io_read_exact(f, pre, 10, path, err);
+    st = fp4_io_src_read(src, pre, 10, err);
     if (st) goto out;
     if (memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
+        if (looks_like_safetensors(pre, fsize))
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: this is a .safetensors file, not .npy", path);
+        else
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
         goto out;
     }
     if (pre[6] == 1 && pre[7] == 0) {
@@ -366,7 +373,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
                           path, fsize, pre[6]);
             goto out;
         }
-        st = fp4_io_read_exact(f, pre + 10, 2, path, err);
+        st = fp4_io_src_read(src, pre + 10, 2, err);
         if (st) goto out;
         pre_len = 12;
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
@@ -391,7 +398,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
         st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, hlen);
         goto out;
     }
-    st = fp4_io_read_exact(f, hdr, hlen, path, err);
+    st = fp4_io_src_read(src, hdr, hlen, err);
     if (st) goto out;
     hdr[hlen] = '\0';
     if (memchr(hdr, '\0', hlen)) {
@@ -458,7 +465,7 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
         goto out;
     }
     t.nbytes = nbytes;
-    st = fp4_io_read_exact(f, t.data, nbytes, path, err);
+    st = fp4_io_src_read(src, t.data, nbytes, err);
     if (st) goto out;
 
     *out = t;
@@ -466,8 +473,38 @@ fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
 out:
     fp4_tensor_free(&t);
     free(hdr);
-    if (f) fclose(f);
     return st;
+}
+
+/* Read a whole .npy file into out (see io.h). */
+fp4_status fp4_npy_read(const char *path, fp4_tensor *out, fp4_err *err)
+{
+    fp4_io_src src;
+    fp4_status st;
+    if (out) memset(out, 0, sizeof *out);
+    if (!out || !path) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_read: NULL argument");
+    memset(&src, 0, sizeof src);
+    src.name = path;
+    st = fp4_io_open_sized(path, &src.f, &src.size, err);
+    if (st) return st;
+    st = npy_read_src(&src, out, err);
+    fclose(src.f);
+    return st;
+}
+
+/* Parse a .npy held in memory (see io.h). */
+fp4_status fp4_npy_parse(const void *buf, size_t len, const char *name, fp4_tensor *out,
+                         fp4_err *err)
+{
+    fp4_io_src src;
+    if (out) memset(out, 0, sizeof *out);
+    if (!out || (!buf && len) || len > (size_t)INT64_MAX)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_parse: bad argument");
+    memset(&src, 0, sizeof src);
+    src.mem = buf;
+    src.size = (long long)len;
+    src.name = name ? name : "(memory)";
+    return npy_read_src(&src, out, err);
 }
 
 /* ---- writing ------------------------------------------------------------------ */

@@ -36,6 +36,149 @@ typedef struct st_entry {
     unsigned long long begin, end;
 } st_entry;
 
+/* ---- the header scan ------------------------------------------------------- */
+
+/* cJSON builds a node of about 64 bytes for every value, so a 100 MB header
+ * of "0,0,0,..." would cost gigabytes before any check of ours could refuse
+ * it. The header text is therefore first scanned, in chunks as it is read,
+ * by this small state machine, which only follows strings, nesting and
+ * separators: it bounds the nesting depth, the entries of any list and the
+ * values in all (FP4_ST_MAX_*), and refuses "\u0000" (a NUL would cut a name
+ * short inside cJSON). Syntax errors are left to cJSON. */
+typedef enum scan_why {
+    SCAN_OK = 0,
+    SCAN_DEPTH,  /* nested deeper than FP4_ST_MAX_DEPTH */
+    SCAN_ARRAY,  /* a list longer than FP4_ST_MAX_ARRAY */
+    SCAN_VALUES, /* more than FP4_ST_MAX_VALUES values */
+    SCAN_NUL     /* a \u0000 escape */
+} scan_why;
+
+typedef struct st_scan {
+    int depth;
+    char kind[FP4_ST_MAX_DEPTH + 1]; /* '{' or '[' of each open level, from 1 */
+    long long entries[FP4_ST_MAX_DEPTH + 1];
+    int expect_key;                  /* in an object, the next string is a key */
+    int in_token;                    /* inside a number or a literal */
+    int in_string, escape;
+    int u_digits;                    /* 1 + hex digits of a \u escape seen so far */
+    unsigned u_value;
+    long long values;
+    unsigned long long at;           /* bytes scanned */
+    scan_why why;
+} st_scan;
+
+/* A value starts here: count it, and as a list entry when in a list. */
+static void scan_value(st_scan *sc)
+{
+    if (sc->depth > 0 && sc->kind[sc->depth] == '[' &&
+        ++sc->entries[sc->depth] > FP4_ST_MAX_ARRAY)
+        sc->why = SCAN_ARRAY;
+    else if (++sc->values > FP4_ST_MAX_VALUES)
+        sc->why = SCAN_VALUES;
+}
+
+/* One byte inside a string. */
+static void scan_string_byte(st_scan *sc, char c)
+{
+    if (sc->u_digits > 0) {
+        int h = (c >= '0' && c <= '9') ? c - '0'
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+        if (h < 0) { /* a bad escape: cJSON refuses it */
+            sc->u_digits = 0;
+            if (c == '"') sc->in_string = 0;
+            return;
+        }
+        sc->u_value = sc->u_value << 4 | (unsigned)h;
+        if (++sc->u_digits == 5) {
+            if (sc->u_value == 0) sc->why = SCAN_NUL;
+            sc->u_digits = 0;
+        }
+    } else if (sc->escape) {
+        sc->escape = 0;
+        if (c == 'u') {
+            sc->u_digits = 1;
+            sc->u_value = 0;
+        }
+    } else if (c == '\\') {
+        sc->escape = 1;
+    } else if (c == '"') {
+        sc->in_string = 0;
+    }
+}
+
+/* Feed n more bytes of header text; -1 (with sc->why) once refused. */
+static int scan_feed(st_scan *sc, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && sc->why == SCAN_OK; i++, sc->at++) {
+        char c = p[i];
+        int in_obj = sc->depth > 0 && sc->kind[sc->depth] == '{';
+        if (sc->in_string) {
+            scan_string_byte(sc, c);
+            continue;
+        }
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != ':' && c != ',' &&
+            c != '"' && c != '{' && c != '[' && c != '}' && c != ']') {
+            /* a number or literal: only its first byte starts a value */
+            if (!sc->in_token) scan_value(sc);
+            sc->in_token = 1;
+            continue;
+        }
+        sc->in_token = 0;
+        switch (c) {
+        case ':': sc->expect_key = 0; break;
+        case ',': sc->expect_key = in_obj; break;
+        case '"':
+            if (!(in_obj && sc->expect_key)) scan_value(sc);
+            sc->in_string = 1;
+            break;
+        case '{':
+        case '[':
+            scan_value(sc);
+            if (sc->why != SCAN_OK) break;
+            if (sc->depth == FP4_ST_MAX_DEPTH) {
+                sc->why = SCAN_DEPTH;
+                break;
+            }
+            sc->depth++;
+            sc->kind[sc->depth] = c;
+            sc->entries[sc->depth] = 0;
+            sc->expect_key = c == '{';
+            break;
+        case '}':
+        case ']':
+            if (sc->depth > 0) sc->depth--;
+            sc->expect_key = 0;
+            break;
+        default: break; /* white space */
+        }
+    }
+    return sc->why == SCAN_OK ? 0 : -1;
+}
+
+/* The refusal of a scan as a message. */
+static fp4_status scan_fail(const st_scan *sc, const char *path, fp4_err *err)
+{
+    unsigned long long at = sc->at ? sc->at - 1 : 0;
+    switch (sc->why) {
+    case SCAN_DEPTH:
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: header nested more than %d levels deep (at byte %llu)",
+                        path, FP4_ST_MAX_DEPTH, at);
+    case SCAN_ARRAY:
+        return fp4_fail(err, FP4_ERR_FORMAT,
+                        "%s: header has a list of more than %d entries (at byte %llu; a shape has at most %d "
+                        "dimensions)", path, FP4_ST_MAX_ARRAY, at, FP4_MAX_DIMS);
+    case SCAN_VALUES:
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: header has more than %d JSON values (at byte %llu)", path,
+                        FP4_ST_MAX_VALUES, at);
+    case SCAN_NUL:
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: header has a string with a NUL character (at byte %llu)",
+                        path, at);
+    case SCAN_OK: break;
+    }
+    return fp4_fail(err, FP4_ERR_INTERNAL, "%s: header scan failed without a reason", path);
+}
+
 /* The dtype named s in safetensors spelling; -1 when fp4bench has no such dtype. */
 static int dtype_from_name(const char *s, fp4_dtype *t)
 {
@@ -72,9 +215,17 @@ static fp4_status parse_entry(const cJSON *j, st_entry *e, const char *path, fp4
     size_t numel = 1;
     int n;
 
-    if (strlen(name) >= FP4_TENSOR_NAME_LEN)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "%s: tensor name '%.40s...' longer than %d bytes",
-                        path, name, FP4_TENSOR_NAME_LEN - 1);
+    const char *why = fp4_tensor_name_problem(name);
+
+    if (why) {
+        /* a long name is legal safetensors that fp4bench cannot hold; the
+         * rest is no name at all (and is not echoed: it may not print) */
+        size_t len = strlen(name);
+        if (len >= FP4_TENSOR_NAME_LEN && fp4_utf8_valid(name, len))
+            return fp4_fail(err, FP4_ERR_UNSUPPORTED, "%s: tensor name '%.40s...' longer than %d bytes",
+                            path, name, FP4_TENSOR_NAME_LEN - 1);
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: a tensor name %s", path, why);
+    }
     memcpy(t->name, name, strlen(name) + 1);
     if (!cJSON_IsObject(j))
         return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' is not a JSON object", path, name);
@@ -148,12 +299,29 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(x->t->name, y->t->name);
 }
 
-/* Read every tensor (see io.h). On failure *out is NULL and *count 0. */
-fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, fp4_err *err)
+/* Scan the hlen header bytes at the source's position (see st_scan) in
+ * chunks, so that a refused header is never held in memory whole. */
+static fp4_status scan_header(fp4_io_src *src, unsigned long long hlen, fp4_err *err)
+{
+    char chunk[16384];
+    st_scan sc;
+    memset(&sc, 0, sizeof sc);
+    while (hlen > 0) {
+        size_t n = hlen < sizeof chunk ? (size_t)hlen : sizeof chunk;
+        fp4_status st = fp4_io_src_read(src, chunk, n, err);
+        if (st) return st;
+        if (scan_feed(&sc, chunk, n)) return scan_fail(&sc, src->name, err);
+        hlen -= n;
+    }
+    return FP4_OK;
+}
+
+/* Read every tensor from src (see io.h). On failure *out is NULL and *count 0. */
+static fp4_status st_read_src(fp4_io_src *src, fp4_tensor **out, int *count, fp4_err *err)
 {
     fp4_status st = FP4_OK;
-    FILE *f = NULL;
-    long long fsize = 0;
+    const char *path = src->name;
+    long long fsize = src->size;
     unsigned char lenbuf[8];
     unsigned long long hlen = 0, data_len, pos;
     char *hdr = NULL;
@@ -164,19 +332,17 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
     st_entry *es = NULL;
     int n = 0, i;
 
-    if (!path || !out || !count)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
-    *out = NULL;
-    *count = 0;
-    st = fp4_io_open_sized(path, &f, &fsize, err);
-    if (st) goto out;
     if (fsize < 8) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, less than the 8-byte header length",
                       path, fsize);
         goto out;
     }
-    st = fp4_io_read_exact(f, lenbuf, 8, path, err);
+    st = fp4_io_src_read(src, lenbuf, 8, err);
     if (st) goto out;
+    if (memcmp(lenbuf, "\x93NUMPY", 6) == 0) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: this is a .npy file, not safetensors", path);
+        goto out;
+    }
     for (i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
     if (hlen > ST_HEADER_CAP) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: header length %llu is absurd (more than %llu bytes)", path,
@@ -189,12 +355,16 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
         goto out;
     }
     data_len = (unsigned long long)(fsize - 8) - hlen;
+    st = scan_header(src, hlen, err);
+    if (st) goto out;
+    st = fp4_io_src_seek(src, 8, err);
+    if (st) goto out;
     hdr = malloc((size_t)hlen + 1);
     if (!hdr) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %llu-byte header", path, hlen);
         goto out;
     }
-    st = fp4_io_read_exact(f, hdr, (size_t)hlen, path, err);
+    st = fp4_io_src_read(src, hdr, (size_t)hlen, err);
     if (st) goto out;
     hdr[hlen] = '\0';
 
@@ -284,7 +454,7 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, 
                           t->name, t->nbytes);
             goto out;
         }
-        st = fp4_io_read_exact(f, t->data, t->nbytes, path, err);
+        st = fp4_io_src_read(src, t->data, t->nbytes, err);
         if (st) goto out;
     }
     *out = ts;
@@ -298,8 +468,41 @@ out:
     free(es);
     cJSON_Delete(root);
     free(hdr);
-    if (f) fclose(f);
     return st;
+}
+
+/* Read every tensor of a file (see io.h). */
+fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, fp4_err *err)
+{
+    fp4_io_src src;
+    fp4_status st;
+    if (!path || !out || !count)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
+    *out = NULL;
+    *count = 0;
+    memset(&src, 0, sizeof src);
+    src.name = path;
+    st = fp4_io_open_sized(path, &src.f, &src.size, err);
+    if (st) return st;
+    st = st_read_src(&src, out, count, err);
+    fclose(src.f);
+    return st;
+}
+
+/* Read every tensor of a file held in memory (see io.h). */
+fp4_status fp4_safetensors_parse(const void *buf, size_t len, const char *name, fp4_tensor **out,
+                                 int *count, fp4_err *err)
+{
+    fp4_io_src src;
+    if (!out || !count || (!buf && len) || len > (size_t)INT64_MAX)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_parse: bad argument");
+    *out = NULL;
+    *count = 0;
+    memset(&src, 0, sizeof src);
+    src.mem = buf;
+    src.size = (long long)len;
+    src.name = name ? name : "(memory)";
+    return st_read_src(&src, out, count, err);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -324,10 +527,9 @@ static fp4_status check_tensor(const fp4_tensor *t, const char *path, fp4_err *e
 {
     size_t need;
     int64_t numel;
-    if (!memchr(t->name, '\0', sizeof t->name) || t->name[0] == '\0')
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: a tensor has an empty or unterminated name", path);
-    if (strcmp(t->name, "__metadata__") == 0)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: '__metadata__' is not a tensor name", path);
+    const char *why = fp4_tensor_name_problem(t->name);
+    /* the reader's rule, so that every file written here reads back */
+    if (why) return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: a tensor name %s", path, why);
     if (fp4_dtype_size(t->dtype) == 0)
         return fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has an invalid dtype %d", path, t->name,
                         (int)t->dtype);

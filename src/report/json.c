@@ -4,15 +4,20 @@
  * "<path>.tmp", flushed and fsync'ed, then renamed over path, so a reader
  * always sees a complete document. Non-finite doubles are written as null
  * (JSON has no NaN/Inf) and read back as NAN. 64-bit unsigned values (seed,
- * throttle_reasons) are numbers when they are <= 2^53 (exact in a double) and
- * decimal strings above; the reader takes both.
+ * throttle_reasons) are numbers when they are < 2^53 (exact in a double) and
+ * decimal strings above; the reader takes both. Strings are written as valid
+ * UTF-8: a byte that is not part of a well-formed sequence (a path or host
+ * name in another encoding, a message cut mid-character) is written as '?'.
  *
  * Reading: required fields must be present with the right type; optional
  * fields may be absent (they take their zero / NaN / default value) but must
  * have the right type when present. Any violation is FP4_ERR_FORMAT with a
  * message naming the file and the field ("rows[2].time_us.median: expected a
- * number or null"). */
+ * number or null"). Numbers must be finite (1e999 is refused, not read as
+ * infinity) and integers within +-(2^53 - 1), where a double is exact;
+ * strings must be valid UTF-8; the text is at most FP4_JSON_MAX_BYTES. */
 #include "fp4/report.h"
+#include "fp4/io.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -21,9 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define TWO_POW_53 9007199254740992.0
+/* The largest integer n such that every integer up to n is exact in a
+ * double: 2^53 - 1. A larger JSON integer may have been rounded by the
+ * parser (9007199254740993 reads as 2^53), so it is refused, not guessed. */
+#define MAX_EXACT_INT 9007199254740991.0
 
 /* ======================================================================== */
 /* writing                                                                  */
@@ -73,7 +82,7 @@ static void w_u64(jw *w, cJSON *o, const char *key, unsigned long long v)
 {
     char buf[32];
     if (!w->ok) return;
-    if (v <= 9007199254740992ull) { /* 2^53 */
+    if (v <= 9007199254740991ull) { /* 2^53 - 1: see MAX_EXACT_INT */
         w_item(w, o, key, num_item((double)v));
         return;
     }
@@ -95,6 +104,7 @@ static void w_strn(jw *w, cJSON *o, const char *key, const char *s, size_t cap)
     }
     memcpy(tmp, s, len);
     tmp[len] = '\0';
+    fp4_utf8_sanitize(tmp, len); /* JSON text is UTF-8 (RFC 8259): never write other bytes */
     w_item(w, o, key, cJSON_CreateString(tmp));
     free(tmp);
 }
@@ -192,6 +202,8 @@ static void w_settings(jw *w, cJSON *root, const fp4_settings *s)
     w_bool(w, o, "keep_samples", s->keep_samples);
     w_bool(w, o, "measure_ceilings", s->measure_ceilings);
     w_bool(w, o, "verify_only", s->verify_only);
+    w_bool(w, o, "time_reference", s->time_reference);
+    w_u64(w, o, "order_seed", (unsigned long long)s->order_seed);
 }
 
 /* One row object appended to the rows array. Samples go in only when
@@ -390,6 +402,7 @@ static fp4_status r_num(jr *c, const cJSON *o, const char *where, const char *ke
     *out = NAN;
     if (st != FP4_OK || !it || cJSON_IsNull(it)) return st;
     if (!cJSON_IsNumber(it)) return r_bad(c, where, key, "expected a number or null");
+    if (!isfinite(it->valuedouble)) return r_bad(c, where, key, "number out of range (not finite)");
     *out = it->valuedouble;
     return FP4_OK;
 }
@@ -404,7 +417,10 @@ static fp4_status r_integer(jr *c, const cJSON *o, const char *where, const char
     if (st != FP4_OK || !it) return st;
     if (!cJSON_IsNumber(it)) return r_bad(c, where, key, "expected an integer");
     v = it->valuedouble;
-    if (v != floor(v) || v < lo || v > hi) return r_bad(c, where, key, "integer out of range");
+    if (!isfinite(v) || v != floor(v)) return r_bad(c, where, key, "expected an integer");
+    if (fabs(v) > MAX_EXACT_INT)
+        return r_bad(c, where, key, "integer beyond 2^53 - 1 (not exact as a JSON number)");
+    if (v < lo || v > hi) return r_bad(c, where, key, "integer out of range");
     *out = v;
     return FP4_OK;
 }
@@ -422,7 +438,7 @@ static fp4_status r_i64(jr *c, const cJSON *o, const char *where, const char *ke
                         int required, int64_t *out)
 {
     double v = (double)*out;
-    fp4_status st = r_integer(c, o, where, key, required, -TWO_POW_53, TWO_POW_53, &v);
+    fp4_status st = r_integer(c, o, where, key, required, -MAX_EXACT_INT, MAX_EXACT_INT, &v);
     *out = (int64_t)v;
     return st;
 }
@@ -446,9 +462,12 @@ static fp4_status r_u64(jr *c, const cJSON *o, const char *where, const char *ke
         *out = v;
         return FP4_OK;
     }
-    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-        it->valuedouble < 0 || it->valuedouble > TWO_POW_53)
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+        it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0)
         return r_bad(c, where, key, "expected an unsigned integer");
+    if (it->valuedouble > MAX_EXACT_INT)
+        return r_bad(c, where, key,
+                     "integer beyond 2^53 - 1 (not exact as a JSON number; write it as a decimal string)");
     *out = (unsigned long long)it->valuedouble;
     return FP4_OK;
 }
@@ -461,7 +480,7 @@ static fp4_status r_flag(jr *c, const cJSON *o, const char *where, const char *k
     const cJSON *it = r_get(c, o, where, key, required, &st);
     if (st != FP4_OK || !it) return st;
     if (cJSON_IsBool(it)) *out = cJSON_IsTrue(it) ? 1 : 0;
-    else if (cJSON_IsNumber(it)) *out = it->valuedouble != 0.0;
+    else if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) *out = it->valuedouble != 0.0;
     else return r_bad(c, where, key, "expected true or false");
     return FP4_OK;
 }
@@ -478,6 +497,7 @@ static fp4_status r_str(jr *c, const cJSON *o, const char *where, const char *ke
     if (nullable && cJSON_IsNull(it)) return FP4_OK;
     if (!cJSON_IsString(it)) return r_bad(c, where, key, "expected a string");
     len = strlen(it->valuestring);
+    if (!fp4_utf8_valid(it->valuestring, len)) return r_bad(c, where, key, "string is not valid UTF-8");
     if (len >= cap) {
         char what[64];
         snprintf(what, sizeof what, "string longer than %zu bytes", cap - 1);
@@ -615,6 +635,10 @@ static fp4_status r_settings(jr *c, const cJSON *root, fp4_settings *s)
     TRY(r_flag(c, o, w, "keep_samples", 0, &s->keep_samples));
     TRY(r_flag(c, o, w, "measure_ceilings", 0, &s->measure_ceilings));
     TRY(r_flag(c, o, w, "verify_only", 0, &s->verify_only));
+    TRY(r_flag(c, o, w, "time_reference", 0, &s->time_reference));
+    seed = 0;
+    TRY(r_u64(c, o, w, "order_seed", 0, &seed));
+    s->order_seed = (uint64_t)seed;
 out:
     return st;
 }
@@ -709,7 +733,7 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
         n = 0;
         cJSON_ArrayForEach(e, a) {
             if (cJSON_IsNull(e)) x->samples[n] = NAN;
-            else if (cJSON_IsNumber(e)) x->samples[n] = e->valuedouble;
+            else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) x->samples[n] = e->valuedouble;
             else {
                 snprintf(sub, sizeof sub, "samples_us[%d]", n);
                 return r_bad(c, w, sub, "expected a number or null");
@@ -722,29 +746,50 @@ out:
     return st;
 }
 
-/* The whole file into a NUL-terminated buffer (*len excludes the NUL). */
+/* The whole file into a NUL-terminated buffer (*len excludes the NUL). A
+ * regular file larger than FP4_JSON_MAX_BYTES is refused before anything is
+ * read; anything else (a pipe) is refused once that many bytes have come. */
 static fp4_status slurp(const char *path, char **buf, size_t *len, fp4_err *err)
 {
     FILE *f = fopen(path, "rb");
     char *b = NULL, *nb;
     size_t n = 0, cap = 0, got;
+    struct stat sb;
     fp4_status st = FP4_OK;
     *buf = NULL;
     *len = 0;
     if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &sb) != 0) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (S_ISREG(sb.st_mode) && (unsigned long long)sb.st_size > FP4_JSON_MAX_BYTES) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: %lld bytes, more than the %llu bytes (%d MiB) a report may have",
+                      path, (long long)sb.st_size, (unsigned long long)FP4_JSON_MAX_BYTES,
+                      (int)(FP4_JSON_MAX_BYTES >> 20));
+        goto out;
+    }
     for (;;) {
         if (cap - n < 4096) {
             size_t ncap = cap ? 2 * cap : 65536;
+            if (ncap > FP4_JSON_MAX_BYTES + 1) ncap = FP4_JSON_MAX_BYTES + 1;
             nb = ncap > cap ? realloc(b, ncap + 1) : NULL;
-            if (!nb) {
+            if (!nb && ncap > cap) {
                 st = fp4_fail(err, FP4_ERR_NOMEM, "out of memory reading %s", path);
                 goto out;
             }
-            b = nb;
-            cap = ncap;
+            if (nb) {
+                b = nb;
+                cap = ncap;
+            }
         }
         got = fread(b + n, 1, cap - n, f);
         n += got;
+        if (n > FP4_JSON_MAX_BYTES) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: more than the %llu bytes (%d MiB) a report may have",
+                          path, (unsigned long long)FP4_JSON_MAX_BYTES, (int)(FP4_JSON_MAX_BYTES >> 20));
+            goto out;
+        }
         if (got == 0) break;
     }
     if (ferror(f)) {
@@ -763,14 +808,22 @@ out:
     return FP4_OK;
 }
 
-/* Read a report written by fp4_report_write_json (schema_version 1). r is
- * overwritten (not freed first: pass a zeroed or freed report). On failure r
- * holds no rows and fp4_report_free(r) stays safe. */
-fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err)
+/* Only white space may follow the document (cJSON is not asked to check:
+ * it would need the text NUL-terminated, and a buffer may not be). */
+static fp4_status check_trailing(jr *c, const char *end, const char *buf, size_t len)
+{
+    for (const char *p = end; p && p < buf + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            return fp4_fail(c->err, FP4_ERR_FORMAT, "%s: not valid JSON (text after the document at byte %zu of %zu)",
+                            c->file, (size_t)(p - buf), len);
+    return FP4_OK;
+}
+
+/* Parse the report text buf[0..len) (see fp4_report_parse_json). */
+static fp4_status parse_report(const char *buf, size_t len, const char *path, fp4_report *r,
+                               fp4_err *err)
 {
     jr c;
-    char *buf = NULL;
-    size_t len = 0;
     cJSON *root = NULL;
     const cJSON *rows, *e, *o;
     const char *end = NULL;
@@ -778,14 +831,17 @@ fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err)
     fp4_status st;
     fp4_row row;
 
-    if (!path || !r) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_read_json: NULL argument");
     memset(r, 0, sizeof *r);
     memset(&row, 0, sizeof row);
     c.file = path;
     c.err = err;
-    TRY(slurp(path, &buf, &len, err));
+    if (len > FP4_JSON_MAX_BYTES)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: %zu bytes, more than the %llu bytes (%d MiB) a report may have",
+                        path, len, (unsigned long long)FP4_JSON_MAX_BYTES, (int)(FP4_JSON_MAX_BYTES >> 20));
+    if (memchr(buf, '\0', len)) /* cJSON would stop there and call the rest garbage */
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: a NUL byte (not a JSON text)", path);
 
-    root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
+    root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!root) {
         size_t at = (end && end >= buf && end <= buf + len) ? (size_t)(end - buf) : len;
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not valid JSON (%s at byte %zu of %zu)", path,
@@ -834,9 +890,33 @@ fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err)
         TRY(fp4_report_add(r, &row, err)); /* takes row.samples in every case */
         row.samples = NULL;
     }
+    if (st == FP4_OK) st = check_trailing(&c, end, buf, len);
 out:
     if (st != FP4_OK) fp4_report_free(r);
     cJSON_Delete(root);
+    return st;
+}
+
+fp4_status fp4_report_parse_json(const char *text, size_t len, const char *name, fp4_report *r,
+                                 fp4_err *err)
+{
+    if (!r || (!text && len))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_parse_json: NULL argument");
+    return parse_report(text ? text : "", len, name ? name : "(memory)", r, err);
+}
+
+/* Read a report written by fp4_report_write_json (schema_version 1). r is
+ * overwritten (not freed first: pass a zeroed or freed report). On failure r
+ * holds no rows and fp4_report_free(r) stays safe. */
+fp4_status fp4_report_read_json(const char *path, fp4_report *r, fp4_err *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    fp4_status st;
+    if (!path || !r) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_read_json: NULL argument");
+    memset(r, 0, sizeof *r);
+    st = slurp(path, &buf, &len, err);
+    if (st == FP4_OK) st = parse_report(buf, len, path, r, err);
     free(buf);
     return st;
 }

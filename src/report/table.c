@@ -23,7 +23,8 @@ static const int col_left[NCOL] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 1};
 
 typedef struct row_cells {
     char c[NCOL][CELL_LEN];
-    char span[CELL_LEN + 32]; /* non-empty: replaces C_MEDIAN.. (not ok rows) */
+    char span[FP4_ERR_MSG_LEN + 32]; /* non-empty: replaces C_MEDIAN.. (not ok rows);
+                                      * room for a whole reason (verbose) */
 } row_cells;
 
 typedef struct table_layout {
@@ -86,10 +87,11 @@ static int same_case(const fp4_row *a, const fp4_row *b)
            a->shape.n == b->shape.n && a->shape.k == b->shape.k;
 }
 
-/* Format every cell of one row. baseline may be "". */
-static void make_cells(const fp4_row *w, const char *baseline, row_cells *rc)
+/* Format every cell of one row. baseline may be "". verbose: the whole
+ * reason of a row that is not ok, else REASON_MAX characters of it. */
+static void make_cells(const fp4_row *w, const char *baseline, int verbose, row_cells *rc)
 {
-    char reason[CELL_LEN];
+    char reason[FP4_ERR_MSG_LEN];
     memset(rc, 0, sizeof *rc);
     snprintf(rc->c[C_LABEL], CELL_LEN, "%s", w->label[0] ? w->label : "-");
     snprintf(rc->c[C_M], CELL_LEN, "%lld", (long long)w->shape.m);
@@ -98,7 +100,7 @@ static void make_cells(const fp4_row *w, const char *baseline, row_cells *rc)
     snprintf(rc->c[C_BACKEND], CELL_LEN, "%s", w->backend[0] ? w->backend : "?");
 
     if (w->state != FP4_ROW_OK) {
-        fmt_reason(reason, sizeof reason, w->reason, REASON_MAX);
+        fmt_reason(reason, sizeof reason, w->reason, verbose ? sizeof reason - 1 : REASON_MAX);
         snprintf(rc->span, sizeof rc->span, "%s: %s", fp4_row_state_name(w->state), reason);
         return;
     }
@@ -138,7 +140,7 @@ static void make_cells(const fp4_row *w, const char *baseline, row_cells *rc)
 }
 
 /* Decide the shown columns and their widths from every row (pass 1). */
-static void layout_table(const fp4_report *r, table_layout *L)
+static void layout_table(const fp4_report *r, int verbose, table_layout *L)
 {
     row_cells rc;
     memset(L, 0, sizeof *L);
@@ -150,7 +152,7 @@ static void layout_table(const fp4_report *r, table_layout *L)
     }
     for (int i = 0; i < r->nrows; i++) {
         const fp4_row *w = &r->rows[i];
-        make_cells(w, r->set.baseline, &rc);
+        make_cells(w, r->set.baseline, verbose, &rc);
         for (int c = 0; c < NCOL; c++) {
             int len = (int)strlen(rc.c[c]);
             if (len > L->width[c]) L->width[c] = len;
@@ -292,6 +294,9 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
             s->stop.max_time_s, (unsigned long long)s->seed);
     if (s->baseline[0]) fprintf(f, ", baseline %s", s->baseline);
     if (s->verify_only) fputs(", verify only", f);
+    if (!s->verify_only)
+        fprintf(f, ", round order shuffled (seed %llu)%s", (unsigned long long)s->order_seed,
+                s->time_reference ? ", references timed" : "");
     fputc('\n', f);
 }
 
@@ -299,6 +304,11 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
  * order each case first appears, groups separated by a blank line, then the
  * legend lines for whatever markers appeared. */
 void fp4_report_print_table(FILE *f, const fp4_report *r)
+{
+    fp4_report_print_table_verbose(f, r, 0);
+}
+
+void fp4_report_print_table_verbose(FILE *f, const fp4_report *r, int verbose)
 {
     table_layout L;
     row_cells rc;
@@ -308,7 +318,7 @@ void fp4_report_print_table(FILE *f, const fp4_report *r)
         fputs("(no results)\n", f);
         return;
     }
-    layout_table(r, &L);
+    layout_table(r, verbose, &L);
     print_line(f, &L, NULL);
 
     for (int i = 0; i < r->nrows; i++) {
@@ -318,7 +328,7 @@ void fp4_report_print_table(FILE *f, const fp4_report *r)
         if (groups++ > 0) fputc('\n', f);
         for (int j = i; j < r->nrows; j++) {
             if (!same_case(&r->rows[i], &r->rows[j])) continue;
-            make_cells(&r->rows[j], r->set.baseline, &rc);
+            make_cells(&r->rows[j], r->set.baseline, verbose, &rc);
             print_line(f, &L, &rc);
         }
     }

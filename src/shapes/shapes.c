@@ -6,12 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp4/io.h"
+
 fp4_status fp4_cases_add(fp4_case_list *l, int64_t m, int64_t n, int64_t k, const char *label,
                          fp4_err *err)
 {
     fp4_shape s = {m, n, k};
     fp4_status st = fp4_shape_check(&s, err);
+    size_t len = label ? strlen(label) : 0;
     if (st != FP4_OK) return st;
+    /* labels go into JSON, CSV and tables: refuse what would be cut short or
+     * would not print (a label cut at 63 bytes could end mid-character) */
+    if (len >= FP4_LABEL_LEN)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "label '%.20s...' is longer than %d bytes", label,
+                        FP4_LABEL_LEN - 1);
+    if (!fp4_utf8_valid(label, len))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "a label is not valid UTF-8");
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)label[i] < 0x20 || label[i] == 0x7F)
+            return fp4_fail(err, FP4_ERR_INVALID_ARG, "a label has a control character");
+    if (l->count >= FP4_MAX_CASES)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "more than %d cases", FP4_MAX_CASES);
     if (l->count == l->cap) {
         int cap = l->cap ? l->cap * 2 : 16;
         fp4_case *p = realloc(l->items, (size_t)cap * sizeof *p);
@@ -202,23 +217,56 @@ fp4_status fp4_cases_from_preset(fp4_case_list *l, const char *name, fp4_err *er
     return fp4_fail(err, FP4_ERR_NOT_FOUND, "unknown preset '%s' (known: %s)", name, names);
 }
 
-fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
+/* Where spec text comes from: a stream or a buffer (fp4_cases_parse_spec). */
+typedef struct spec_src {
+    FILE *f;
+    const char *mem;
+    size_t len, pos;
+} spec_src;
+
+/* The next byte, or EOF. */
+static int spec_getc(spec_src *s)
 {
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, added = 0;
+    if (s->f) return getc(s->f);
+    return s->pos < s->len ? (unsigned char)s->mem[s->pos++] : EOF;
+}
+
+/* One line without its '\n' into line[FP4_SPEC_LINE_MAX + 1]: 1 when a line
+ * was read, 0 at the end, -1 when it is longer than FP4_SPEC_LINE_MAX bytes
+ * (the rest is not read: the limit holds while reading, whatever the line's
+ * length), -2 when it holds a NUL byte. */
+static int spec_line(spec_src *s, char *line, size_t *len)
+{
+    int c, any = 0;
+    *len = 0;
+    while ((c = spec_getc(s)) != EOF) {
+        any = 1;
+        if (c == '\n') break;
+        if (c == '\0') return -2;
+        if (*len == FP4_SPEC_LINE_MAX) return -1;
+        line[(*len)++] = (char)c;
+    }
+    line[*len] = '\0';
+    return any;
+}
+
+/* Parse spec text from s; name is the file's name in messages. */
+static fp4_status spec_parse(fp4_case_list *l, spec_src *s, const char *path, fp4_err *err)
+{
+    char *line = malloc(FP4_SPEC_LINE_MAX + 1);
+    size_t len;
+    int lineno = 0, added = 0, got;
     fp4_status st = FP4_OK;
-    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open spec file %s: %s", path, strerror(errno));
-    while ((len = getline(&line, &cap, f)) != -1) {
+    if (!line) return fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory", path);
+    while ((got = spec_line(s, line, &len)) != 0) {
         lineno++;
-        if ((size_t)len != strlen(line)) { /* a NUL byte: not a text file */
+        if (got == -2) { /* a NUL byte: not a text file */
             st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: NUL byte (not a text file)", path, lineno);
             goto out;
         }
-        if (len > 4096) {
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: line too long (%zd bytes)", path, lineno, len);
+        if (got == -1) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: line too long (more than %d bytes)", path, lineno,
+                          FP4_SPEC_LINE_MAX);
             goto out;
         }
         char *hash = strchr(line, '#');
@@ -238,8 +286,11 @@ fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
         }
         for (int i = 0; i < 3; i++)
             if (parse_int(tok[i], tok[i] + strlen(tok[i]), &d[i])) {
-                st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: '%s' is not an integer", path,
-                              lineno, tok[i]);
+                /* the token may be any bytes: show it only when it prints */
+                size_t tl = strlen(tok[i]);
+                int shown = tl <= 32 && fp4_utf8_valid(tok[i], tl);
+                st = fp4_fail(err, FP4_ERR_FORMAT, "%s:%d: '%s' is not an integer", path, lineno,
+                              shown ? tok[i] : "(a word)");
                 goto out;
             }
         fp4_err inner;
@@ -250,13 +301,36 @@ fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
         }
         added++;
     }
-    if (ferror(f)) {
+    if (s->f && ferror(s->f)) {
         st = fp4_fail(err, FP4_ERR_IO, "error reading %s", path);
         goto out;
     }
     if (added == 0) st = fp4_fail(err, FP4_ERR_FORMAT, "%s: no problems in the spec file", path);
 out:
     free(line);
-    fclose(f);
     return st;
+}
+
+fp4_status fp4_cases_from_spec(fp4_case_list *l, const char *path, fp4_err *err)
+{
+    spec_src s;
+    fp4_status st;
+    memset(&s, 0, sizeof s);
+    if (!l || !path) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_cases_from_spec: NULL argument");
+    s.f = fopen(path, "r");
+    if (!s.f) return fp4_fail(err, FP4_ERR_IO, "cannot open spec file %s: %s", path, strerror(errno));
+    st = spec_parse(l, &s, path, err);
+    fclose(s.f);
+    return st;
+}
+
+fp4_status fp4_cases_parse_spec(fp4_case_list *l, const char *text, size_t len, const char *name,
+                                fp4_err *err)
+{
+    spec_src s;
+    memset(&s, 0, sizeof s);
+    if (!l || (!text && len)) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_cases_parse_spec: NULL argument");
+    s.mem = text;
+    s.len = len;
+    return spec_parse(l, &s, name ? name : "(memory)", err);
 }

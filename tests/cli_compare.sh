@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# compare end to end: two identical CPU runs of --preset odd are not a
+# regression; each differing setting is one warning line on stderr (none
+# when the settings agree); 200k rows a side are matched in seconds.
+source "$(dirname "$0")/lib_cli.sh"
+
+# the same run twice on the CPU: no "slower" and exit 0, whatever the drift
+# of the machine between them (CPU rows are never regressions)
+expect 0 "" -- "$FP4" run --backend cpu-ref --preset odd --json "$TMP/a.json" --quiet
+expect 0 "" -- "$FP4" run --backend cpu-ref --preset odd --json "$TMP/b.json" --quiet
+expect 0 "6 matched" -- "$FP4" compare "$TMP/a.json" "$TMP/b.json"
+grep -qE " slower$" "$TMP/out" && fail "identical CPU runs: a row is 'slower': $(cat "$TMP/out")"
+[ -s "$TMP/err" ] && fail "identical settings gave warnings: $(cat "$TMP/err")"
+grep -q "0 regressions" "$TMP/out" || fail "identical CPU runs: $(tail -1 "$TMP/out")"
+checks=$((checks + 3))
+
+# settings that differ: one warning line each, on stderr, the table on stdout
+quick=(--backend cpu-ref --shape 4x24x32 --quiet --warmup-ms 0)
+expect 0 "" -- "$FP4" run "${quick[@]}" --max-time 0.2 --json "$TMP/s1.json"
+expect 0 "" -- "$FP4" run "${quick[@]}" --max-time 0.3 --data codes --noise 0.01 --json "$TMP/s2.json"
+"$FP4" compare "$TMP/s1.json" "$TMP/s2.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ $rc -eq 0 ] || fail "compare of differing settings exited $rc: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/err")" -eq 3 ] || fail "want 3 warning lines (data, noise target, max time): $(cat "$TMP/err")"
+[ "$(grep -c "^fp4bench compare: warning: " "$TMP/err")" -eq 3 ] || fail "warnings lack their prefix: $(cat "$TMP/err")"
+grep -q "different data (old: gaussian, new: codes)" "$TMP/err" || fail "no data warning: $(cat "$TMP/err")"
+grep -q "different noise targets (old: 0.5%, new: 1%)" "$TMP/err" || fail "no noise warning: $(cat "$TMP/err")"
+grep -q "different max times (old: 0.2 s, new: 0.3 s)" "$TMP/err" || fail "no max-time warning: $(cat "$TMP/err")"
+grep -q "warning" "$TMP/out" && fail "warnings on stdout: $(cat "$TMP/out")"
+checks=$((checks + 8))
+
+# 200k rows each side, NEW in the reverse order of OLD, one of them 50%
+# slower on the GPU: matched in seconds (a scan per row takes about a minute)
+gen() { # gen FILE ORDER(fwd|rev)
+    awk -v order="$2" 'BEGIN {
+        n = 200000
+        printf "{\"schema_version\": 1, \"device\": {\"present\": true, \"name\": \"NVIDIA H200\"},\n\"rows\": [\n"
+        for (j = 0; j < n; j++) {
+            i = order == "rev" ? n - 1 - j : j
+            t = (order == "rev" && i == 4242) ? 150 : 100
+            printf "%s{\"label\": \"L%d\", \"m\": %d, \"n\": 2048, \"k\": 6144, \"backend\": \"%s\", \"state\": \"ok\", \"l2\": \"cold\", \"timing\": \"graph\", \"time_us\": {\"count\": 50, \"median\": %d, \"p10\": %d, \"p90\": %d, \"noise\": 0.001}}\n",
+                j ? "," : "", i % 1000, 1 + int(i / 1000), i % 2 ? "fp4-sm90" : "cublas-bf16", t, t - 1, t + 1
+        }
+        printf "]}\n"
+    }' >"$1"
+}
+gen "$TMP/big-old.json" fwd
+gen "$TMP/big-new.json" rev
+start=$(date +%s%N)
+expect 1 "" -- "$FP4" compare "$TMP/big-old.json" "$TMP/big-new.json"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -q "200000 matched: 0 faster, 1 slower, 199999 same" "$TMP/out" || fail "200k compare: $(tail -1 "$TMP/out")"
+grep -qE "^cublas-bf16 +L242 +5x2048x6144 .* slower$" "$TMP/out" || fail "200k compare: the slower row is not L242 5x2048x6144"
+[ "$ms" -lt 10000 ] || fail "200k rows took ${ms} ms (limit 10 s; reading the JSON included)"
+echo "200k rows compared in ${ms} ms"
+checks=$((checks + 3))
+
+finish
