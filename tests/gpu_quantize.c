@@ -262,7 +262,7 @@ static void test_refuses_codes(const fp4_backend_ops *ops, void *inst)
     fp4_matrix a, b;
     CHECK(fp4_make_operand(FP4_DATA_CODES, 17, 48, 5, &a, &err) == FP4_OK);
     CHECK(fp4_make_operand(FP4_DATA_CODES, 8, 48, 6, &b, &err) == FP4_OK);
-    fp4_gemm_problem pr = {{17, 8, 48}, &a, &b, a.global_scale * b.global_scale};
+    fp4_gemm_problem pr = {.shape = {17, 8, 48}, .a = &a, .b = &b, .alpha = a.global_scale * b.global_scale};
     void *plan = NULL;
     fp4_status st = ops->prepare(inst, &pr, 1, &plan, &err);
     CHECK_MSG(st == FP4_ERR_UNSUPPORTED && strstr(fp4_err_text(&err), "differ"),

@@ -11,8 +11,12 @@
  *   supports(inst, shape)             can it do this shape? reason if not
  *   prepare(inst, problem, copies)    convert operands to the backend's own
  *                                     format and upload `copies` independent
- *                                     operand+output sets (for cold-L2 rotation);
- *                                     timed separately, never inside the GEMM time
+ *                                     operand+output sets (for cold-L2 rotation):
+ *                                     even copies from problem->a, odd copies
+ *                                     from problem->a_odd (-A), so that a
+ *                                     backend ignoring the copy index fails
+ *                                     verification; timed separately, never
+ *                                     inside the GEMM time
  *   poison / run / read_output        per copy; run() must be asynchronous on the
  *                                     given stream and capturable in a CUDA graph
  *                                     (no allocation, no synchronisation)
@@ -36,7 +40,9 @@
 extern "C" {
 #endif
 
-#define FP4_BACKEND_API_VERSION 3 /* 2: the optional flops slot; 3: set_warnings */
+/* 2: the optional flops slot; 3: set_warnings; 4: odd copies from a_odd,
+ * a_bf16 and tuning in the problem, the own_reference slot */
+#define FP4_BACKEND_API_VERSION 4
 #define FP4_BACKEND_ENTRY_SYMBOL "fp4_backend_entry"
 
 typedef struct fp4_shape {
@@ -53,7 +59,31 @@ typedef struct fp4_gemm_problem {
     const fp4_matrix *a; /* [m, k] activations */
     const fp4_matrix *b; /* [n, k] weights */
     float alpha;         /* a->global_scale * b->global_scale */
+    /* The A of odd copies: -A, every code's sign bit flipped (scales and
+     * global scale as A's), so odd copies' exact result is -D. NULL: every
+     * copy uses a (fp4_problem_a(p, copy) picks). */
+    const fp4_matrix *a_odd;
+    /* The bf16 activations [m, k] that a is the CPU quantizer's output of,
+     * with the static encode scale 1 / a->global_scale (fp4_quantize_bf16);
+     * odd copies use them with every sign bit flipped. NULL when A came
+     * without them. Backends flagged FP4_BACKEND_FROM_BF16 start from here. */
+    const uint16_t *a_bf16;
+    /* 1: a vendor backend may time its candidate algorithms in prepare() and
+     * keep the fastest; 0: the library's first choice, untimed. */
+    int tuning;
 } fp4_gemm_problem;
+
+/* The NVFP4 A that copy `copy` computes with (a, or a_odd for odd copies). */
+static inline const fp4_matrix *fp4_problem_a(const fp4_gemm_problem *p, int copy)
+{
+    return (copy & 1) && p->a_odd ? p->a_odd : p->a;
+}
+/* The sign of copy `copy`'s exact result relative to the reference: -1 for
+ * odd copies when a_odd is given. */
+static inline float fp4_problem_sign(const fp4_gemm_problem *p, int copy)
+{
+    return (copy & 1) && p->a_odd ? -1.0f : 1.0f;
+}
 
 /* What does the arithmetic: picks the compute ceiling for the roofline. */
 typedef enum fp4_math {
@@ -70,7 +100,11 @@ enum {
     FP4_BACKEND_LOSSY = 1u << 2,     /* rounds operands (e.g. to fp8) */
     /* Times something other than a GEMM (the quantizer alone): its rows get no
      * ratio against the baseline GEMM, which would compare unlike work. */
-    FP4_BACKEND_NOT_GEMM = 1u << 3
+    FP4_BACKEND_NOT_GEMM = 1u << 3,
+    /* Starts from the bf16 activations (problem->a_bf16) and quantizes them
+     * itself: the engine hands it the A its CPU quantizer makes of them, and
+     * says unsupported when a case has no bf16 activations. */
+    FP4_BACKEND_FROM_BF16 = 1u << 4
 };
 
 typedef struct fp4_backend_ops {
@@ -99,8 +133,9 @@ typedef struct fp4_backend_ops {
     /* Optional: bytes one call moves through memory in the backend's own
      * operand formats (NULL: fp4_gemm_min_bytes). */
     double (*bytes_moved)(const fp4_shape *s);
-    /* Optional: the name of the kernel variant the plan will run (e.g.
-     * "v1-decode"), for the report. Returns a static string. */
+    /* Optional: the kernel or algorithm the plan will run (e.g. "decode", or
+     * a cuBLASLt algorithm's id, tile and stages), for the report. The string
+     * stays valid until release(plan). */
     const char *(*variant)(void *plan);
     /* Optional: the floating-point operations one call does (NULL: 2*M*N*K).
      * A backend that times something other than the GEMM (the quantizer row)
@@ -112,6 +147,16 @@ typedef struct fp4_backend_ops {
      * once, right after a successful open(); w belongs to the caller and
      * stays valid until close(inst) returns. */
     void (*set_warnings)(void *inst, fp4_warnings *w);
+    /* Optional, for FP4_BACKEND_LOSSY backends: the exact value (double
+     * accumulation) of element [row, col] of copy 0's product computed from
+     * the operands as the backend rounded them (e.g. to e4m3), with its
+     * alpha. The engine checks a sample of elements against it at the
+     * backend's own_tol, on top of the loose check against the NVFP4
+     * reference: a wrong scale or alpha cannot hide in the rounding. */
+    double (*own_reference)(void *plan, int64_t row, int64_t col);
+    /* Relative tolerance of that check: |D - own| <= own_tol * max|own|
+     * over the sampled elements (bf16 output rounding plus accumulation). */
+    double own_tol;
 } fp4_backend_ops;
 
 typedef const fp4_backend_ops *(*fp4_backend_entry_fn)(void);

@@ -822,7 +822,7 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %zu-element output", n);
         goto out;
     }
-    fp4_gemm_problem p = {c->shape, &a, &b, a.global_scale * b.global_scale};
+    fp4_gemm_problem p = {.shape = c->shape, .a = &a, .b = &b, .alpha = a.global_scale * b.global_scale};
 
     /* open, check, prepare, verify */
     for (int i = 0; i < nb; i++) {

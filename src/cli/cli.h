@@ -9,5 +9,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_gemm(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_moe(int argc, char **argv);
 
 #endif

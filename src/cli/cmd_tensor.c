@@ -169,7 +169,7 @@ int cmd_gemm(int argc, char **argv)
     if (!out) cli_usage_error(&a, "--out is required");
     load_operands(&a, pa, pb, &ma, &mb);
     fp4_shape shape = {ma.rows, mb.rows, ma.cols};
-    fp4_gemm_problem p = {shape, &ma, &mb, ma.global_scale * mb.global_scale};
+    fp4_gemm_problem p = {.shape = shape, .a = &ma, .b = &mb, .alpha = ma.global_scale * mb.global_scale};
     size_t n = (size_t)shape.m * (size_t)shape.n;
     float *d = malloc(n * sizeof *d);
     if (!d) {

@@ -21,6 +21,8 @@ static const char usage[] =
     "  gemm        multiply two NVFP4 safetensors into a .npy\n"
     "  check       check another kernel's output against the exact reference\n"
     "  compare     compare two JSON results; exit 1 on regression\n"
+    "  report      JSON results -> one self-contained HTML report with plots (--html)\n"
+    "  moe         routed MoE expert layers (gate_up, down, the whole layer)\n"
     "\n"
     "  --help      this text (COMMAND --help for each command)\n"
     "  --version   version and git commit\n"
@@ -47,6 +49,8 @@ int main(int argc, char **argv)
     if (strcmp(c, "gemm") == 0) return cmd_gemm(argc - 1, argv + 1);
     if (strcmp(c, "check") == 0) return cmd_check(argc - 1, argv + 1);
     if (strcmp(c, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
+    if (strcmp(c, "report") == 0) return cmd_report(argc - 1, argv + 1);
+    if (strcmp(c, "moe") == 0) return cmd_moe(argc - 1, argv + 1);
     if (c[0] == '-') return cmd_run(argc, argv, 1); /* flags of the default suite */
     fprintf(stderr, "fp4bench: unknown command '%s' (see fp4bench --help)\n", c);
     return EXIT_USAGE;
