@@ -25,6 +25,12 @@ Several modes run one after the other on one build. Modes:
            presets (old/new alternated), then fp4bench compare on each pair
   profile  build; Nsight Compute on the fp4-sm90 kernels for SHAPES
            (--clock-control none: the GPU keeps its own clocks)
+  engine   build; the measurement engine's acceptance: the seed preset twice
+           (medians within 2% on rows over 10 us, 3% on 5-10 us rows);
+           cublas-bf16 at 64x768x6144 in the seed preset and beside fp4-sm90
+           alone (within 2%); the planted faults (tests/plugins/plugin_fault.c:
+           a backend ignoring the copy index, an off-by-one-code quantizer, a 5%
+           wrong fp8 alpha) each FAILED with exit 1
   all      check, then bench
   ctest, verify, sanitize         the three parts of check alone
   independent, baseline           the two parts of bench alone
@@ -60,7 +66,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | all) ;;
+    build | check | bench | compare | profile | engine | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -327,6 +333,61 @@ mode_compare() {
   done
 }
 
+# ---- engine -----------------------------------------------------------------------------
+mode_engine() {
+  local rc p
+  for p in a b; do
+    say "== seed preset, run $p -> $OUT/seed-$p.json"
+    timeout 400 $B run --preset seed --max-time "${MAX_TIME:-3}" --quiet --json "$OUT/seed-$p.json" \
+      >>"$log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || fail "seed run $p (exit $rc)"
+  done
+  say "== 64x768x6144: cublas-bf16 beside fp4-sm90 alone -> $OUT/pair.json"
+  timeout 200 $B run --shape 64x768x6144 --backend cublas-bf16,fp4-sm90 --max-time "${MAX_TIME:-3}" \
+    --quiet --json "$OUT/pair.json" >>"$log" 2>&1 || fail "pair run (exit $?)"
+  python3 - "$OUT/seed-a.json" "$OUT/seed-b.json" "$OUT/pair.json" <<'PY' 2>&1 | tee -a "$log"
+import json, sys
+def rows(path):
+    return {(r["backend"], r["label"], r["m"], r["n"], r["k"]): r for r in json.load(open(path))["rows"]}
+a, b, pair = (rows(p) for p in sys.argv[1:4])
+bad = 0
+for key in sorted(a):
+    ra, rb = a[key], b.get(key)
+    if not rb or ra["state"] != "ok" or rb["state"] != "ok": continue
+    ma, mb = ra["time_us"]["median"], rb["time_us"]["median"]
+    if ma is None or mb is None: continue
+    d = abs(mb / ma - 1)
+    lim = 0.02 if min(ma, mb) > 10 else 0.03 if min(ma, mb) >= 5 else None
+    verdict = "-" if lim is None else ("ok" if d <= lim else "OUT")
+    bad += verdict == "OUT"
+    print(f"seed twice: {key[0]:13s} {key[2]}x{key[3]}x{key[4]}: {ma:9.3f} {mb:9.3f} us  {100*d:5.2f}%  {verdict}")
+seed = [r for k, r in a.items() if k[0] == "cublas-bf16" and (k[2], k[3], k[4]) == (64, 768, 6144)]
+alone = [r for k, r in pair.items() if k[0] == "cublas-bf16"]
+if seed and alone and seed[0]["state"] == "ok" and alone[0]["state"] == "ok":
+    s, p = seed[0]["time_us"]["median"], alone[0]["time_us"]["median"]
+    d = abs(p / s - 1)
+    print(f"cublas-bf16 64x768x6144: seed preset {s:.3f} us, beside fp4-sm90 alone {p:.3f} us: {100*d:.2f}% {'ok' if d <= 0.02 else 'OUT'}")
+    bad += d > 0.02
+else:
+    print("cublas-bf16 64x768x6144: missing or not ok"); bad += 1
+sys.exit(1 if bad else 0)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "engine acceptance: medians out of bounds"
+  local f name
+  for f in build-dev/tests/libfp4_plugin_fault_*.so build-dev/tests/fp4_plugin_fault_*.so; do
+    [ -f "$f" ] || continue
+    name=$($B list --plugin "$f" 2>/dev/null | grep -oE "fault-[a-z0-9-]+" | head -1)
+    timeout 120 $B run --plugin "$f" --backend "$name" --shape 64x2048x6144 --no-ceilings --quiet \
+      --verbose >"$tmp/fault.txt" 2>&1
+    rc=$?
+    cat "$tmp/fault.txt" >>"$log"
+    say "planted fault $name: exit $rc; $(grep -E "FAILED" "$tmp/fault.txt" | head -1 | sed 's/  */ /g')"
+    [ $rc -eq 1 ] && grep -q FAILED "$tmp/fault.txt" || fail "planted fault $name not caught (exit $rc)"
+  done
+  compgen -G "build-dev/tests/*plugin_fault_*.so" >/dev/null || fail "no fault plugins built"
+}
+
 # ---- profile ----------------------------------------------------------------------------
 mode_profile() {
   local NCU
@@ -381,6 +442,7 @@ if [ $built = 1 ]; then
       baseline) mode_baseline ;;
       compare) mode_compare ;;
       profile) mode_profile ;;
+      engine) mode_engine ;;
       all) mode_check; mode_bench ;;
     esac
   done

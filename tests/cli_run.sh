@@ -31,6 +31,24 @@ if ! "$FP4" list | grep -qE "^(cuda-ref|fp4-sm90) +yes"; then
     checks=$((checks + 1))
 fi
 expect 2 "--backend: unknown backend" -- "$FP4" run --backend cpu-ref,cpu-ref,nope --shape 4x24x32
+# --backend names a plugin's backend once its --plugin is loaded (in any order)
+expect 0 "plugin-good" -- "$FP4" run --backend plugin-good --plugin "$TOOLS/libfp4_plugin_good.so" --shape 4x24x32 --quiet --max-time 0.5
+grep -E "^custom .*plugin-good .*ok" "$TMP/out" >/dev/null || fail "--backend plugin-good: $(cat "$TMP/out")"
+expect 2 "needs its --plugin" -- "$FP4" run --backend plugin-good --shape 4x24x32
+
+# Ctrl-C keeps the work: the rows measured so far, the JSON marked interrupted,
+# exit 130 (the CPU reference on shapes slow enough to be caught mid-run)
+"$FP4" run --backend cpu-ref --shape 16x256x64,512x512x512,512x512x1024,512x1024x1024 --max-time 3 \
+    --min-samples 1000 --noise 0.0001 --json "$TMP/int.json" --quiet >"$TMP/int.out" 2>"$TMP/int.err" &
+pid=$!
+sleep 2
+kill -INT $pid
+wait $pid
+rc=$?
+checks=$((checks + 3))
+[ $rc -eq 130 ] || fail "Ctrl-C: exit $rc, expected 130: $(cat "$TMP/int.err")"
+grep -qE '"interrupted":[[:space:]]*true' "$TMP/int.json" || fail "Ctrl-C: JSON not marked interrupted"
+grep -qE "^custom +16 +256 +64 +cpu-ref" "$TMP/int.out" || fail "Ctrl-C: the first row is not in the table: $(cat "$TMP/int.out")"
 
 # GPU backends on a machine without a GPU: unsupported rows, not a crash
 if "$FP4" list | grep -q '^cuda-ref'; then

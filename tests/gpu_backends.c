@@ -302,6 +302,7 @@ int main(void)
                   (long long)s->n, (long long)s->k, fp4_err_text(&err));
         if (st == FP4_OK && ref && d) {
             fp4_gemm_problem p;
+            memset(&p, 0, sizeof p);
             p.shape = *s;
             p.a = &a;
             p.b = &b;
@@ -335,6 +336,7 @@ int main(void)
         if (random_matrix(&rng, 4, 32, &a, &err) == FP4_OK &&
             random_matrix(&rng, 8, 32, &b, &err) == FP4_OK) {
             fp4_gemm_problem p;
+            memset(&p, 0, sizeof p);
             void *plan = NULL;
             p.shape.m = 4;
             p.shape.n = 8;

@@ -242,6 +242,7 @@ static void test_gemm(gemm_tester *t, int kernel, int64_t m, int64_t n, int64_t 
     }
     const float *ref = cp->ref;
     fp4_gemm_problem pr;
+    memset(&pr, 0, sizeof pr);
     pr.shape.m = m;
     pr.shape.n = n;
     pr.shape.k = k;

@@ -193,21 +193,33 @@ static void test_backend(const fp4_backend_ops *ops, void *inst, int64_t m, int6
                          cudaStream_t s)
 {
     fp4_err err;
-    fp4_matrix a, b;
+    fp4_matrix a, a_odd, b;
+    uint16_t *x = NULL, *x_neg = NULL;
     char what[128];
     snprintf(what, sizeof what, "%s %lldx%lldx%lld", ops->name, (long long)m, (long long)n,
              (long long)k);
-    CHECK(fp4_make_operand(FP4_DATA_GAUSSIAN, m, k, 11 + (uint64_t)(m * 131 + k), &a, &err) == FP4_OK);
+    /* as the engine does: bf16 activations, A the CPU quantizer's output of
+     * them, and for odd copies the CPU quantizer's output of -x */
+    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, m, k, 11 + (uint64_t)(m * 131 + k), &x, &a, &err) ==
+          FP4_OK);
     CHECK(fp4_make_operand(FP4_DATA_GAUSSIAN, n, k, 13 + (uint64_t)(n * 137 + k), &b, &err) == FP4_OK);
+    x_neg = malloc((size_t)m * (size_t)k * 2);
+    CHECK(x && x_neg);
+    for (size_t i = 0; x && x_neg && i < (size_t)m * (size_t)k; i++) x_neg[i] = (uint16_t)(x[i] ^ 0x8000u);
+    CHECK(fp4_quantize_bf16(x_neg, m, k, 1.0f / a.global_scale, &a_odd, &err) == FP4_OK);
+    a_odd.global_scale = a.global_scale;
     const size_t nd = (size_t)m * (size_t)n;
     float *ref = malloc(nd * 4), *d = malloc(nd * 4);
     fp4_gemm_problem pr;
+    memset(&pr, 0, sizeof pr);
     pr.shape.m = m;
     pr.shape.n = n;
     pr.shape.k = k;
     pr.a = &a;
     pr.b = &b;
     pr.alpha = a.global_scale * b.global_scale;
+    pr.a_odd = &a_odd;
+    pr.a_bf16 = x;
     void *plan = NULL;
     CHECK(ref && d);
     if (!ref || !d) goto out;
@@ -238,6 +250,8 @@ static void test_backend(const fp4_backend_ops *ops, void *inst, int64_t m, int6
         if (st != FP4_OK) continue;
         double mx, nr;
         size_t nans;
+        if (c & 1) /* odd copies compute -D */
+            for (size_t i = 0; i < nd; i++) d[i] = -d[i];
         const size_t diff = count_diff_f32(d, ref, nd, &mx, &nr, &nans);
         CHECK_MSG(nans == 0, "%s copy %d: %zu NaN/Inf outputs", what, c, nans);
         if (exact)
@@ -251,23 +265,38 @@ static void test_backend(const fp4_backend_ops *ops, void *inst, int64_t m, int6
 out:
     free(ref);
     free(d);
+    free(x);
+    free(x_neg);
     fp4_matrix_free(&a);
+    fp4_matrix_free(&a_odd);
     fp4_matrix_free(&b);
 }
 
-/* Random codes are not quantizer output: prepare() must refuse, saying so. */
-static void test_refuses_codes(const fp4_backend_ops *ops, void *inst)
+/* A GPU quantizer that disagrees with the CPU quantizer fails (FAILED, not
+ * unsupported): planted as a problem whose A is the CPU quantizer's output
+ * with one code off by one, which the GPU quantizer cannot reproduce; and a
+ * problem without bf16 activations is unsupported. */
+static void test_disagreement_fails(const fp4_backend_ops *ops, void *inst)
 {
     fp4_err err;
     fp4_matrix a, b;
-    CHECK(fp4_make_operand(FP4_DATA_CODES, 17, 48, 5, &a, &err) == FP4_OK);
-    CHECK(fp4_make_operand(FP4_DATA_CODES, 8, 48, 6, &b, &err) == FP4_OK);
+    uint16_t *x = NULL;
+    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, 17, 48, 5, &x, &a, &err) == FP4_OK);
+    CHECK(fp4_make_operand(FP4_DATA_GAUSSIAN, 8, 48, 6, &b, &err) == FP4_OK);
     fp4_gemm_problem pr = {.shape = {17, 8, 48}, .a = &a, .b = &b, .alpha = a.global_scale * b.global_scale};
     void *plan = NULL;
     fp4_status st = ops->prepare(inst, &pr, 1, &plan, &err);
-    CHECK_MSG(st == FP4_ERR_UNSUPPORTED && strstr(fp4_err_text(&err), "differ"),
-              "%s on random codes: status %d, '%s'", ops->name, (int)st, fp4_err_text(&err));
+    CHECK_MSG(st == FP4_ERR_UNSUPPORTED, "%s without bf16 A: status %d, '%s'", ops->name, (int)st,
+              fp4_err_text(&err));
     if (st == FP4_OK) ops->release(plan);
+    pr.a_bf16 = x;
+    a.codes[3] = (uint8_t)((a.codes[3] & 0xF0) | (((a.codes[3] & 7) + 1) & 7) | (a.codes[3] & 8));
+    plan = NULL;
+    st = ops->prepare(inst, &pr, 1, &plan, &err);
+    CHECK_MSG(st == FP4_ERR_VERIFY && strstr(fp4_err_text(&err), "disagrees"),
+              "%s with an off-by-one code: status %d, '%s'", ops->name, (int)st, fp4_err_text(&err));
+    if (st == FP4_OK) ops->release(plan);
+    free(x);
     fp4_matrix_free(&a);
     fp4_matrix_free(&b);
 }
@@ -305,7 +334,7 @@ int main(void)
             for (int j = 0; j < 3; j++)
                 for (int l = 0; l < 3; l++) test_backend(ops, inst, ms[i], ns[j], ks[l], s);
         test_backend(ops, inst, 1024, 2048, 6144, s); /* prefill-sized */
-        test_refuses_codes(ops, inst);
+        test_disagreement_fails(ops, inst);
         ops->close(inst);
     }
     cudaStreamDestroy(s);

@@ -140,8 +140,8 @@ static size_t roundtrip(fp4_data_kind kind, int64_t rows, int64_t cols, size_t *
     float gs = 0.0f;
     CHECK(x != NULL);
     if (!x) goto out;
-    CHECK(fp4_w4a4_activations(&a, x, &gs, &err) == FP4_OK);
-    CHECK(gs == 1.0f / a.global_scale);
+    CHECK(fp4_dequantize_bf16(&a, x, &err) == FP4_OK);
+    gs = 1.0f / a.global_scale;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             const double v = (double)fp4_matrix_get(&a, r, c) * (double)a.global_scale;
@@ -179,23 +179,35 @@ static void test_activations(void)
     }
     /* global scales without a finite positive inverse are refused */
     fp4_err err;
-    fp4_matrix a;
-    uint16_t x[16];
+    fp4_matrix a, a_odd;
+    uint16_t x[16], src[16];
     float gs;
     CHECK(fp4_matrix_alloc(&a, 1, 16, &err) == FP4_OK);
+    CHECK(fp4_matrix_alloc(&a_odd, 1, 16, &err) == FP4_OK);
+    fp4_gemm_problem p = {.shape = {1, 8, 16}, .a = &a, .b = &a, .alpha = 1.0f};
+    CHECK(fp4_w4a4_copy_activations(&p, 0, x, &gs, &err) == FP4_ERR_UNSUPPORTED); /* no bf16 A */
+    p.a_bf16 = src;
     const float bad_g[] = {0.0f, -1.0f, INFINITY, NAN, 1e-45f};
     for (size_t i = 0; i < sizeof bad_g / sizeof bad_g[0]; i++) {
         a.global_scale = bad_g[i];
-        CHECK_MSG(fp4_w4a4_activations(&a, x, &gs, &err) == FP4_ERR_INVALID_ARG, "g = %g",
+        CHECK_MSG(fp4_w4a4_copy_activations(&p, 0, x, &gs, &err) == FP4_ERR_INVALID_ARG, "g = %g",
                   (double)bad_g[i]);
     }
     a.global_scale = 0.5f;
     a.codes[0] = 0x97; /* -0.5 in the high nibble, 6 in the low */
     a.scales[0] = 0x38; /* 1.0 */
-    CHECK(fp4_w4a4_activations(&a, x, &gs, &err) == FP4_OK && gs == 2.0f);
-    CHECK(x[0] == fp4_bf16_from_float(3.0f) && x[1] == fp4_bf16_from_float(-0.25f));
-    CHECK(x[2] == 0);
+    CHECK(fp4_dequantize_bf16(&a, src, &err) == FP4_OK);
+    CHECK(src[0] == fp4_bf16_from_float(3.0f) && src[1] == fp4_bf16_from_float(-0.25f));
+    CHECK(src[2] == 0);
+    /* even copies get the input as it is, odd copies (with a_odd) its negation */
+    CHECK(fp4_w4a4_copy_activations(&p, 1, x, &gs, &err) == FP4_OK && gs == 2.0f);
+    CHECK(x[0] == src[0] && x[1] == src[1]); /* no a_odd: every copy the same */
+    p.a_odd = &a_odd;
+    CHECK(fp4_w4a4_copy_activations(&p, 0, x, &gs, &err) == FP4_OK && x[0] == src[0]);
+    CHECK(fp4_w4a4_copy_activations(&p, 3, x, &gs, &err) == FP4_OK);
+    CHECK(x[0] == fp4_bf16_from_float(-3.0f) && x[1] == fp4_bf16_from_float(0.25f));
     fp4_matrix_free(&a);
+    fp4_matrix_free(&a_odd);
 }
 
 static void test_bytes(void)

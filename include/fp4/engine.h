@@ -14,6 +14,7 @@
 #ifndef FP4_ENGINE_H
 #define FP4_ENGINE_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "fp4/backend.h"
@@ -26,14 +27,16 @@
 extern "C" {
 #endif
 
-#define FP4_NAME_LEN 48 /* a backend or kernel-variant name in a row */
+#define FP4_NAME_LEN 48     /* a backend name in a row */
+#define FP4_VARIANT_LEN 192 /* the kernel or library algorithm that ran, and how it was chosen */
 
 /* ---- settings ---------------------------------------------------------------- */
 
 typedef enum fp4_data_kind {
     FP4_DATA_GAUSSIAN = 0, /* normal data quantized the way engines do */
     FP4_DATA_CODES = 1,    /* uniform random codes and scales */
-    FP4_DATA_OUTLIERS = 2  /* heavy-tailed channels */
+    FP4_DATA_OUTLIERS = 2, /* heavy-tailed channels */
+    FP4_DATA_WIDE = 3      /* block magnitudes over five decades: E4M3 subnormal scales */
 } fp4_data_kind;
 const char *fp4_data_kind_name(fp4_data_kind k);
 int fp4_data_kind_parse(const char *s, fp4_data_kind *out); /* 0 ok, -1 unknown */
@@ -57,11 +60,33 @@ typedef struct fp4_settings {
      * no backend always follows the same neighbour), from a generator seeded
      * with this and the shape; 0 at create: derived from seed. */
     uint64_t order_seed;
+    /* 1 (default): vendor baselines time their candidate algorithms in
+     * prepare() and keep the fastest (fp4_gemm_problem.tuning); 0: the
+     * library's first choice, as a plain call would get. */
+    int baseline_tuning;
+    /* Calls per graph replay, at least (default 64): a replay's fixed costs
+     * are kept out of the time (a stream gate), this amortises the rest. */
+    int min_batch;
+    /* Optional: set non-zero (by a SIGINT handler) to stop; the engine then
+     * finishes the statistics of what it measured, marks the rows
+     * interrupted and returns FP4_ERR_INTERRUPTED. Not written to JSON. */
+    volatile sig_atomic_t *interrupt;
 } fp4_settings;
 
 void fp4_settings_default(fp4_settings *s);
 
 /* ---- ceilings ------------------------------------------------------------------ */
+
+/* The coldness check, once per run (fp4_engine_create, GPU only): a read of
+ * a buffer of buffer_bytes (a quarter of L2) hot (read again and again),
+ * rotated (one of enough buffers to span rotation_bytes >= 3x L2, as rows
+ * rotate their operand copies) and right after an explicit flush. cold:
+ * rotated reads run at the flushed rate (within 15%), not at the hot one. */
+typedef struct fp4_l2_check {
+    int measured, cold;
+    double buffer_bytes, rotation_bytes;
+    double hot_gbps, rotated_gbps, flushed_gbps;
+} fp4_l2_check;
 
 typedef struct fp4_ceilings {
     int measured;
@@ -75,6 +100,7 @@ typedef struct fp4_ceilings {
     double fp8_sustained_tflops;
     double light_ratio;  /* light phase / sample length of the interleaved rates */
     double cpu_gflops;   /* for CPU rows: the reference's own measured rate */
+    fp4_l2_check l2;
 } fp4_ceilings;
 
 /* ---- rows and the report they make up ---------------------------------------------- */
@@ -96,13 +122,18 @@ typedef struct fp4_telemetry {
     double temp_c;
     unsigned long long throttle_reasons; /* OR of NVML's bitmask over samples */
     int low_clock_samples;   /* samples with SM clock < 90% of the warm-up clock */
+    int samples;             /* telemetry readings (one per timed sample) */
+    /* readings during which NVML reported the clock held back by: the power
+     * cap (software power cap or hardware power brake), a thermal limit
+     * (software or hardware), or a hardware slowdown */
+    int power_cap_samples, thermal_samples, hw_slowdown_samples;
 } fp4_telemetry;
 
 typedef struct fp4_row {
     char label[FP4_LABEL_LEN];
     fp4_shape shape;
     char backend[FP4_NAME_LEN];
-    char variant[FP4_NAME_LEN]; /* which kernel actually ran, if the backend says */
+    char variant[FP4_VARIANT_LEN]; /* the kernel or algorithm that ran, and how it was chosen */
     fp4_row_state state;
     char reason[FP4_ERR_MSG_LEN]; /* for unsupported / FAILED */
 
@@ -116,7 +147,12 @@ typedef struct fp4_row {
     char timing[8];    /* "graph", "launch" or "host" */
     int copies;        /* operand sets rotated through */
     int batch;         /* calls per sample */
-    double rotation_bytes; /* bytes one rotation touches */
+    /* device memory prepare() allocated for all copies (measured), the
+     * rotation a batch cycles through; "warm" in l2 when < 3x L2 */
+    double rotation_bytes;
+    int verified_copies; /* copies verified after timing, from the timed graph */
+    double own_err;      /* LOSSY backends: error vs their own rounded operands (<0: n/a) */
+    int interrupted;     /* timing stopped early by the user */
     fp4_stats t;       /* per-call time, us */
     fp4_stats t_launch; /* plain launches, us (count 0: not measured) */
     int timed_out;
@@ -142,7 +178,8 @@ typedef struct fp4_report {
     char commit[48];
     char started[40];  /* ISO 8601 UTC */
     char host[64];
-    char command[512]; /* the command line */
+    char command[4096]; /* the command line, in full (longer ones end in "...") */
+    int interrupted;   /* the run was stopped by the user: rows up to there */
     fp4_device_info dev;
     fp4_ceilings ceil;
     fp4_settings set;

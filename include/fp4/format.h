@@ -86,6 +86,10 @@ fp4_status fp4_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols,
 
 /* out [rows, cols] floats: e2m1 * scale * global_scale. */
 fp4_status fp4_dequantize_f32(const fp4_matrix *m, float *out, fp4_err *err);
+/* out [rows, cols] bf16 bit patterns of the same values (the fp32 product
+ * rounded once more, to bf16): activations as a model's previous layer
+ * would hand them over. */
+fp4_status fp4_dequantize_bf16(const fp4_matrix *m, uint16_t *out, fp4_err *err);
 
 /* ---- the 128x4 swizzled scale layout (CUTLASS / cuBLASLt) ------------------
  * Rows padded to roundup(rows, 128), scale columns to roundup(cols/16, 4);

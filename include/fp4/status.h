@@ -29,6 +29,7 @@ typedef enum fp4_status {
     FP4_ERR_NOT_FOUND = 12,  /* unknown backend, preset or tensor name */
     FP4_ERR_INTERNAL = 13,   /* a bug: an invariant did not hold */
     FP4_ERR_TIMEOUT = 14,    /* a measurement ran past its time limit */
+    FP4_ERR_INTERRUPTED = 15, /* the user asked to stop (Ctrl-C): what was done is kept */
     FP4_STATUS_COUNT
 } fp4_status;
 

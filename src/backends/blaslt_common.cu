@@ -88,24 +88,31 @@ extern "C" fp4_status fp4_lt_desc_create(cublasLtMatmulDesc_t *op, const void *s
     return FP4_OK;
 }
 
-extern "C" fp4_status fp4_lt_pick_algo(const fp4_lt_inst *inst, fp4_lt_gemm *g,
-                                       cublasLtMatmulDesc_t op, const char *name, fp4_err *err)
+extern "C" fp4_status fp4_lt_heuristic(const fp4_lt_inst *inst, const fp4_lt_gemm *g,
+                                       cublasLtMatmulDesc_t op, int want,
+                                       cublasLtMatmulAlgo_t *algos, int *ranks, int *count,
+                                       const char *name, fp4_err *err)
 {
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int count = 0;
+    cublasLtMatmulHeuristicResult_t *res = NULL;
+    int answered = 0;
     const uint64_t ws = FP4_LT_WORKSPACE_BYTES;
     const fp4_shape *s = &g->shape;
     fp4_status st = FP4_OK;
     cublasStatus_t hs;
-    memset(&res, 0, sizeof res);
+    *count = 0;
+    if (want < 1)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: asked the heuristic for %d algorithms",
+                        name, want);
+    res = (cublasLtMatmulHeuristicResult_t *)calloc((size_t)want, sizeof *res);
+    if (!res) return fp4_fail(err, FP4_ERR_NOMEM, "%s: no host memory for heuristic results", name);
     FP4_CUBLAS_GOTO(err, st, cublasLtMatmulPreferenceCreate(&pref), out);
     FP4_CUBLAS_GOTO(err, st,
                     cublasLtMatmulPreferenceSetAttribute(
                         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                     out);
-    hs = cublasLtMatmulAlgoGetHeuristic(inst->lt, op, g->la, g->lb, g->ld, g->ld, pref, 1, &res,
-                                        &count);
+    hs = cublasLtMatmulAlgoGetHeuristic(inst->lt, op, g->la, g->lb, g->ld, g->ld, pref, want, res,
+                                        &answered);
     if (hs != CUBLAS_STATUS_SUCCESS) {
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
                       "%s: cuBLASLt heuristic for %lldx%lldx%lld: status %d %s", name,
@@ -113,22 +120,26 @@ extern "C" fp4_status fp4_lt_pick_algo(const fp4_lt_inst *inst, fp4_lt_gemm *g,
                       cublasGetStatusName(hs));
         goto out;
     }
-    if (count < 1) {
+    if (answered < 1) {
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
                       "%s: cuBLASLt heuristic found no algorithm for %lldx%lldx%lld", name,
                       (long long)s->m, (long long)s->n, (long long)s->k);
         goto out;
     }
-    if (res.state != CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < answered && i < want; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        algos[*count] = res[i].algo;
+        ranks[*count] = i + 1;
+        (*count)++;
+    }
+    if (*count == 0) /* quote the first answer's state, as the one that would have run */
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
                       "%s: cuBLASLt heuristic result for %lldx%lldx%lld: state %d %s", name,
-                      (long long)s->m, (long long)s->n, (long long)s->k, (int)res.state,
-                      cublasGetStatusName(res.state));
-        goto out;
-    }
-    g->algo = res.algo;
+                      (long long)s->m, (long long)s->n, (long long)s->k, (int)res[0].state,
+                      cublasGetStatusName(res[0].state));
 out:
     if (pref) FP4_CUBLAS_CLEANUP(inst->warn, cublasLtMatmulPreferenceDestroy(pref));
+    free(res);
     return st;
 }
 

@@ -1,8 +1,9 @@
-/* The cuBLASLt plumbing shared by cublaslt-fp8 and cublaslt-nvfp4: the
- * instance (handle + workspace), the "TN" layouts, the matmul descriptor, the
- * one heuristic query and the matmul call. The backends keep what differs:
- * operand formats, scales, device checks and tolerances. CUDA-only: include
- * from .cu files.
+/* The cuBLASLt plumbing shared by cublaslt-fp8, cublaslt-nvfp4 and the tuned
+ * path of cublas-bf16: the instance (handle + workspace), the "TN" layouts,
+ * the matmul descriptor, the heuristic query and the matmul call. Choosing
+ * among the heuristic's answers (tuning) is blas_tune.h. The backends keep
+ * what differs: operand formats, scales, device checks and tolerances.
+ * CUDA-only: include from .cu files.
  *
  * Layout (see cublas_bf16.cu): cuBLAS's A is our B ([K, N] column-major, ld
  * K, transa = T), its B is our A ([K, M], ld K, transb = N), and D^T is
@@ -42,11 +43,16 @@ void fp4_lt_close(fp4_lt_inst *inst);
  * sink in its fp4_lt_inst. */
 void fp4_lt_set_warnings(void *inst, fp4_warnings *w);
 
+/* Room for the description of the chosen algorithm and how it was chosen
+ * ("lt algo <id> tile <rows>x<cols> ... (heuristic #<rank>, ...)"). */
+#define FP4_LT_VARIANT_LEN 192
+
 /* The part of a plan that depends on the shape but not on the copy. */
 typedef struct fp4_lt_gemm {
     fp4_shape shape;
     cublasLtMatrixLayout_t la, lb, ld; /* cuBLAS A (our B), B (our A), C = D */
-    cublasLtMatmulAlgo_t algo;         /* from fp4_lt_pick_algo */
+    cublasLtMatmulAlgo_t algo;         /* from fp4_lt_choose_algo (blas_tune.h) */
+    char variant[FP4_LT_VARIANT_LEN];  /* what the backend's variant() reports */
 } fp4_lt_gemm;
 
 /* The three layouts for shape s with operands of type `operand` (counted in
@@ -64,15 +70,20 @@ void fp4_lt_gemm_destroy(fp4_lt_gemm *g, fp4_warnings *w);
 fp4_status fp4_lt_desc_create(cublasLtMatmulDesc_t *op, const void *scale_of_a,
                               const void *scale_of_b, int32_t scale_mode, fp4_err *err);
 
-/* Asks the heuristic once (every copy has the same problem, only pointers
- * differ, so one algorithm serves all). UNSUPPORTED, quoting cuBLASLt's
- * status and prefixed by `name`, when it finds nothing. */
-fp4_status fp4_lt_pick_algo(const fp4_lt_inst *inst, fp4_lt_gemm *g, cublasLtMatmulDesc_t op,
-                            const char *name, fp4_err *err);
+/* Asks the heuristic once for up to `want` algorithms (every copy has the
+ * same problem, only pointers differ, so one algorithm serves all), told the
+ * instance's workspace size. Keeps those whose state is SUCCESS, in the
+ * heuristic's order: algos[i] and ranks[i], its 1-based place in the answer;
+ * *count of them (both arrays hold `want`). UNSUPPORTED, quoting cuBLASLt's
+ * status and prefixed by `name`, when the heuristic fails, answers nothing or
+ * answers nothing valid. */
+fp4_status fp4_lt_heuristic(const fp4_lt_inst *inst, const fp4_lt_gemm *g,
+                            cublasLtMatmulDesc_t op, int want, cublasLtMatmulAlgo_t *algos,
+                            int *ranks, int *count, const char *name, fp4_err *err);
 
-/* D = alpha * A B^T with our A and B, beta = 0 (C aliases D), the picked
- * algorithm and the instance's workspace: no allocation, capturable. alpha is
- * read from host memory when the call is enqueued. */
+/* D = alpha * A B^T with our A and B, beta = 0 (C aliases D), g->algo and
+ * the instance's workspace: no allocation, capturable. alpha is read from
+ * host memory when the call is enqueued. */
 fp4_status fp4_lt_run(const fp4_lt_inst *inst, const fp4_lt_gemm *g, cublasLtMatmulDesc_t op,
                       const float *alpha, const void *a, const void *b, void *d,
                       cudaStream_t stream, fp4_err *err);

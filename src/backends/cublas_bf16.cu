@@ -1,8 +1,18 @@
 /* Backend "cublas-bf16": the baseline a Hopper user has without FP4 support.
  * prepare() dequantizes A and B on the CPU to bf16 WITHOUT the global scales
- * (e2m1 * e4m3 has at most 6 significant bits, so it is exact in bf16), and
- * run() is one cublasGemmEx bf16 x bf16 -> bf16 with fp32 accumulation and
- * alpha = the problem's alpha (the product of the two global scales).
+ * (e2m1 * e4m3 has at most 6 significant bits, so it is exact in bf16; odd
+ * copies from problem->a_odd, -A), and run() is one bf16 x bf16 -> bf16 GEMM
+ * with fp32 accumulation and alpha = the problem's alpha (the product of the
+ * two global scales):
+ *   - problem->tuning 0: cublasGemmEx with CUBLAS_GEMM_DEFAULT, cuBLAS's own
+ *     untimed choice; variant() says "cublasGemmEx default (untimed)";
+ *   - problem->tuning 1: the same product through cuBLASLt (same layouts,
+ *     same workspace), with the fastest of the heuristic's first valid
+ *     algorithms, timed in prepare() (blas_tune.h); variant() names it: "lt
+ *     algo <id> tile <rows>x<cols> stages <k>x<count> splitk <n> (heuristic
+ *     #<rank>, fastest of <n> timed, <ratio>x over #1)".
+ * The operands are exact, so the check against the NVFP4 reference is the
+ * whole verification (no own_reference).
  *
  * Layout. We want D[m, n] = sum_k A[m, k] * B[n, k], all row-major:
  * A [M, K] (ld K), B [N, K] (ld K), D [M, N] (ld N). cuBLAS is column-major,
@@ -26,21 +36,21 @@ extern "C" {
 #include "backends/backends.h" /* gives the table below C linkage */
 }
 #include "backends/blas_common.h"
+#include "backends/blas_tune.h"
 #include "core/gpu.h"
 
-/* cuBLAS workspace, set explicitly so that cuBLAS never allocates one while a
- * CUDA graph is being captured. 32 MiB is what cuBLAS itself asks for on
- * Hopper for its largest kernels. */
-#define BF16_WORKSPACE_BYTES ((size_t)32 << 20)
-
 typedef struct bf16_inst {
+    /* cuBLASLt handle (the tuned path), the 32 MiB workspace that both
+     * handles use (set explicitly, so that cuBLAS never allocates one while a
+     * CUDA graph is being captured; the size cuBLAS itself asks for on Hopper
+     * for its largest kernels) and the warning sink (set_warnings). Only one
+     * path runs per plan, and plans of one instance run one at a time. */
+    fp4_lt_inst *lt;
     cublasHandle_t h;
-    void *ws;
-    fp4_warnings *warn; /* the caller's sink (set_warnings), NULL until set */
 } bf16_inst;
 
 typedef struct bf16_copy {
-    void *a; /* [m, k] bf16 */
+    void *a; /* [m, k] bf16 of this copy's A (fp4_problem_a) */
     void *b; /* [n, k] bf16 */
     void *d; /* [m, n] bf16 */
 } bf16_copy;
@@ -51,23 +61,28 @@ typedef struct bf16_plan {
     float alpha;
     int copies;
     bf16_copy *c; /* [copies] */
+    /* problem->tuning: cuBLASLt with the fastest timed algorithm (g, op);
+     * else cublasGemmEx with CUBLAS_GEMM_DEFAULT, and g and op stay unused */
+    int tuned;
+    fp4_lt_gemm g;
+    cublasLtMatmulDesc_t op;
 } bf16_plan;
 
 static void bf16_close(void *inst)
 {
     bf16_inst *b = (bf16_inst *)inst;
     if (!b) return;
-    if (b->h) FP4_CUBLAS_CLEANUP(b->warn, cublasDestroy(b->h));
-    fp4_gpu_release(b->ws, "cublas-bf16 workspace", b->warn);
+    if (b->h) FP4_CUBLAS_CLEANUP(b->lt ? b->lt->warn : NULL, cublasDestroy(b->h));
+    fp4_lt_close(b->lt); /* after cuBLAS: it frees the workspace cuBLAS was given */
     free(b);
 }
 
 static void bf16_set_warnings(void *inst, fp4_warnings *w)
 {
-    ((bf16_inst *)inst)->warn = w;
+    fp4_lt_set_warnings(((bf16_inst *)inst)->lt, w);
 }
 
-/* Needs bf16 tensor cores (sm_80+). Creates the handle and its workspace. */
+/* Needs bf16 tensor cores (sm_80+). Creates both handles and the workspace. */
 static fp4_status bf16_open(void **inst, fp4_err *err)
 {
     *inst = NULL;
@@ -75,10 +90,9 @@ static fp4_status bf16_open(void **inst, fp4_err *err)
     if (st != FP4_OK) return st;
     bf16_inst *b = (bf16_inst *)calloc(1, sizeof *b);
     if (!b) return fp4_fail(err, FP4_ERR_NOMEM, "cublas-bf16: no host memory");
+    if ((st = fp4_lt_open(&b->lt, err)) != FP4_OK) goto fail;
     FP4_CUBLAS_GOTO(err, st, cublasCreate(&b->h), fail);
-    st = fp4_gpu_alloc(&b->ws, BF16_WORKSPACE_BYTES, "cuBLAS workspace", err);
-    if (st != FP4_OK) goto fail;
-    FP4_CUBLAS_GOTO(err, st, cublasSetWorkspace(b->h, b->ws, BF16_WORKSPACE_BYTES), fail);
+    FP4_CUBLAS_GOTO(err, st, cublasSetWorkspace(b->h, b->lt->ws, FP4_LT_WORKSPACE_BYTES), fail);
     *inst = b;
     return FP4_OK;
 fail:
@@ -101,7 +115,7 @@ static void bf16_release(void *plan)
 {
     bf16_plan *p = (bf16_plan *)plan;
     if (!p) return;
-    fp4_warnings *w = p->inst ? p->inst->warn : NULL;
+    fp4_warnings *w = p->inst ? p->inst->lt->warn : NULL;
     if (p->c) {
         for (int i = 0; i < p->copies; i++) {
             fp4_gpu_release(p->c[i].a, "cublas-bf16 A", w);
@@ -110,6 +124,8 @@ static void bf16_release(void *plan)
         }
         free(p->c);
     }
+    if (p->op) FP4_CUBLAS_CLEANUP(w, cublasLtMatmulDescDestroy(p->op));
+    fp4_lt_gemm_destroy(&p->g, w);
     free(p);
 }
 
@@ -139,8 +155,12 @@ static fp4_status bf16_dequant(const fp4_matrix *x, uint16_t **out, fp4_err *err
     return FP4_OK;
 }
 
-/* Dequantizes A and B to bf16 once on the host, uploads `copies` copies of
- * each and allocates D bf16 per copy. On failure nothing is left allocated. */
+static fp4_status bf16_run(void *plan, int copy, void *stream, fp4_err *err);
+
+/* Dequantizes A (and -A for odd copies, when the problem has it) and B to
+ * bf16 once on the host, uploads `copies` copies of each and allocates D bf16
+ * per copy; with pr->tuning, builds the cuBLASLt layouts and descriptor and
+ * times the candidate algorithms. On failure nothing is left allocated. */
 static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copies, void **plan,
                                fp4_err *err)
 {
@@ -151,7 +171,7 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     if (st != FP4_OK) return st;
 
     const fp4_shape *s = &pr->shape;
-    uint16_t *ha = NULL, *hb = NULL;
+    uint16_t *ha[2] = {NULL, NULL}, *hb = NULL; /* A, and -A for odd copies */
     bf16_plan *p = NULL;
     const size_t a_bytes = (size_t)s->m * (size_t)s->k * 2; /* bf16_dequant checks it */
     const size_t b_bytes = (size_t)s->n * (size_t)s->k * 2;
@@ -160,8 +180,10 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublas-bf16: D overflows size_t");
         goto out;
     }
-    if ((st = bf16_dequant(pr->a, &ha, err)) != FP4_OK) goto out;
+    if ((st = bf16_dequant(pr->a, &ha[0], err)) != FP4_OK) goto out;
     if ((st = bf16_dequant(pr->b, &hb, err)) != FP4_OK) goto out;
+    if (pr->a_odd && copies > 1 && (st = bf16_dequant(pr->a_odd, &ha[1], err)) != FP4_OK)
+        goto out;
 
     p = (bf16_plan *)calloc(1, sizeof *p);
     if (!p || !(p->c = (bf16_copy *)calloc((size_t)copies, sizeof *p->c))) {
@@ -174,9 +196,20 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
         bf16_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, ha, a_bytes, "A bf16", err)) != FP4_OK ||
+        const int odd = fp4_problem_a(pr, i) != pr->a; /* built from a_odd */
+        if ((st = fp4_gpu_upload(&c->a, ha[odd], a_bytes, "A bf16", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->b, hb, b_bytes, "B bf16", err)) != FP4_OK ||
             (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
+            goto out;
+    }
+    if (pr->tuning) {
+        /* the same TN product through cuBLASLt: bf16 A, B and D, fp32
+         * compute and scale, no scale pointers */
+        p->tuned = 1;
+        if ((st = fp4_lt_gemm_init(&p->g, s, CUDA_R_16BF, err)) != FP4_OK ||
+            (st = fp4_lt_desc_create(&p->op, NULL, NULL, -1, err)) != FP4_OK ||
+            (st = fp4_lt_choose_algo(p->inst->lt, &p->g, p->op, 1, p, copies, bf16_run,
+                                     "cublas-bf16", err)) != FP4_OK)
             goto out;
     }
     *plan = p;
@@ -184,7 +217,8 @@ static fp4_status bf16_prepare(void *inst, const fp4_gemm_problem *pr, int copie
     st = FP4_OK;
 out:
     bf16_release(p);
-    free(ha);
+    free(ha[0]);
+    free(ha[1]);
     free(hb);
     return st;
 }
@@ -199,21 +233,26 @@ static fp4_status bf16_poison(void *plan, int copy, void *stream, fp4_err *err)
 }
 
 /* D^T = B * A^T in cuBLAS's column-major terms (see the top of the file).
- * cublasSetStream resets the handle to cuBLAS's default workspace pool, so the
- * workspace is set again after it, every call: both are host-side settings,
- * no allocation, fine inside a graph capture. alpha is read from host memory
- * when the call is enqueued (or captured). */
+ * Tuned: one cublasLtMatmul with the plan's algorithm and the instance's
+ * workspace. Otherwise cublasGemmEx; cublasSetStream resets the handle to
+ * cuBLAS's default workspace pool, so the workspace is set again after it,
+ * every call: both are host-side settings, no allocation, fine inside a graph
+ * capture. alpha is read from host memory when the call is enqueued (or
+ * captured). */
 static fp4_status bf16_run(void *plan, int copy, void *stream, fp4_err *err)
 {
     bf16_plan *p = (bf16_plan *)plan;
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
     const bf16_copy *c = &p->c[copy];
+    if (p->tuned)
+        return fp4_lt_run(p->inst->lt, &p->g, p->op, &p->alpha, c->a, c->b, c->d,
+                          (cudaStream_t)stream, err);
     const int m = (int)p->shape.m, n = (int)p->shape.n, k = (int)p->shape.k;
     const float beta = 0.0f;
     cublasHandle_t h = p->inst->h;
     FP4_CUBLAS_TRY(err, cublasSetStream(h, (cudaStream_t)stream));
-    FP4_CUBLAS_TRY(err, cublasSetWorkspace(h, p->inst->ws, BF16_WORKSPACE_BYTES));
+    FP4_CUBLAS_TRY(err, cublasSetWorkspace(h, p->inst->lt->ws, FP4_LT_WORKSPACE_BYTES));
     FP4_CUBLAS_TRY(err, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &p->alpha, c->b,
                                      CUDA_R_16BF, k, c->a, CUDA_R_16BF, k, &beta, c->d, CUDA_R_16BF,
                                      n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -226,6 +265,15 @@ static fp4_status bf16_read_output(void *plan, int copy, float *d, fp4_err *err)
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
     return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->shape.m * (size_t)p->shape.n, d, err);
+}
+
+/* What runs: the tuned cuBLASLt algorithm and how it was chosen
+ * (blas_tune.h), or cuBLAS's own choice inside cublasGemmEx, which it does
+ * not name. Valid until release. */
+static const char *bf16_variant(void *plan)
+{
+    const bf16_plan *p = (const bf16_plan *)plan;
+    return p->tuned ? p->g.variant : "cublasGemmEx default (untimed)";
 }
 
 /* bf16 A, B and D, each touched once. */
@@ -253,7 +301,9 @@ extern "C" const fp4_backend_ops fp4_backend_cublas_bf16 = {
     bf16_read_output, /* read_output */
     bf16_release,     /* release */
     bf16_bytes_moved, /* bytes_moved */
-    NULL,              /* variant: the kernel is cuBLAS's choice, not ours to name */
+    bf16_variant,      /* variant: the cuBLASLt algorithm, or cublasGemmEx's default */
     NULL,              /* flops: 2MNK */
     bf16_set_warnings, /* set_warnings */
+    NULL,              /* own_reference: none needed, bf16 holds the NVFP4 operands exactly */
+    0.0,               /* own_tol */
 };

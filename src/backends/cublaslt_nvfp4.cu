@@ -3,7 +3,13 @@
  * a byte, even k in the low nibble, which is also the order cuBLASLt's packed
  * e2m1 pairs use), block scales as CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 in
  * the 128x4 swizzled layout (fp4_swizzle_scales), global scales folded into
- * alpha, fp32 accumulation, bf16 D.
+ * alpha, fp32 accumulation, bf16 D. Odd copies take problem->a_odd (-A).
+ *
+ * Algorithm: with problem->tuning, the fastest of the heuristic's first
+ * valid answers, timed in prepare() on the plan's copies; without, the
+ * heuristic's first answer, untimed (blas_tune.h). variant() names it and
+ * says how it was chosen. The operands are the exact NVFP4 ones, so there is
+ * no own_reference: the check against the NVFP4 reference is tight already.
  *
  * Layout: the "TN" call of cublas-bf16 (see cublas_bf16.cu): cuBLAS's A is
  * our B ([K, N] column-major, ld K, transa = T), its B is our A ([K, M], ld K,
@@ -25,6 +31,7 @@ extern "C" {
 }
 #include "backends/blas_common.h"
 #include "backends/blaslt_common.h"
+#include "backends/blas_tune.h"
 #include "core/gpu.h"
 
 typedef struct nvfp4_copy {
@@ -38,8 +45,8 @@ typedef struct nvfp4_plan {
     fp4_lt_inst *inst; /* borrowed: release the plan before close() */
     float alpha;
     int copies;
-    nvfp4_copy *c;  /* [copies] */
-    fp4_lt_gemm g;  /* layouts and algorithm, shared by the copies */
+    nvfp4_copy *c; /* [copies] */
+    fp4_lt_gemm g; /* layouts, algorithm and its description, shared by the copies */
 } nvfp4_plan;
 
 static void nvfp4_close(void *inst)
@@ -113,9 +120,12 @@ static fp4_status nvfp4_swizzle(const fp4_matrix *x, uint8_t **out, size_t *byte
     return FP4_OK;
 }
 
-/* Uploads `copies` copies of the codes and swizzled scales, allocates D, builds
- * the descriptors and asks the heuristic. On failure nothing is left
- * allocated. */
+static fp4_status nvfp4_run(void *plan, int copy, void *stream, fp4_err *err);
+
+/* Uploads `copies` copies of the codes and swizzled scales (odd copies: those
+ * of problem->a_odd, -A, when given), allocates D, builds the descriptors and
+ * chooses the algorithm (timing the candidates when pr->tuning). On failure
+ * nothing is left allocated. */
 static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copies, void **plan,
                                 fp4_err *err)
 {
@@ -126,7 +136,7 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
     if (st != FP4_OK) return st;
 
     const fp4_shape *s = &pr->shape;
-    uint8_t *hsa = NULL, *hsb = NULL;
+    uint8_t *hsa[2] = {NULL, NULL}, *hsb = NULL; /* A's, and -A's for odd copies */
     size_t sa_bytes = 0, sb_bytes = 0, d_bytes;
     nvfp4_plan *p = NULL;
     const size_t a_bytes = (size_t)s->m * (size_t)(s->k / 2);
@@ -135,8 +145,13 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
         st = fp4_fail(err, FP4_ERR_OVERFLOW, "cublaslt-nvfp4: D overflows size_t");
         goto out;
     }
-    if ((st = nvfp4_swizzle(pr->a, &hsa, &sa_bytes, err)) != FP4_OK) goto out;
+    if ((st = nvfp4_swizzle(pr->a, &hsa[0], &sa_bytes, err)) != FP4_OK) goto out;
     if ((st = nvfp4_swizzle(pr->b, &hsb, &sb_bytes, err)) != FP4_OK) goto out;
+    /* -A has A's scales (only code signs differ), but each copy takes what
+     * its own matrix says */
+    if (pr->a_odd && copies > 1 &&
+        (st = nvfp4_swizzle(pr->a_odd, &hsa[1], &sa_bytes, err)) != FP4_OK)
+        goto out;
 
     p = (nvfp4_plan *)calloc(1, sizeof *p);
     if (!p || !(p->c = (nvfp4_copy *)calloc((size_t)copies, sizeof *p->c))) {
@@ -150,9 +165,12 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
     if ((st = fp4_lt_gemm_init(&p->g, s, CUDA_R_4F_E2M1, err)) != FP4_OK) goto out;
     for (int i = 0; i < copies; i++) {
         nvfp4_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, pr->a->codes, a_bytes, "A codes", err)) != FP4_OK ||
+        const fp4_matrix *a = fp4_problem_a(pr, i);
+        const int odd = a != pr->a;
+        if ((st = fp4_gpu_upload(&c->a, a->codes, a_bytes, "A codes", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->b, pr->b->codes, b_bytes, "B codes", err)) != FP4_OK ||
-            (st = fp4_gpu_upload(&c->sa, hsa, sa_bytes, "A swizzled scales", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->sa, hsa[odd], sa_bytes, "A swizzled scales", err)) !=
+                FP4_OK ||
             (st = fp4_gpu_upload(&c->sb, hsb, sb_bytes, "B swizzled scales", err)) != FP4_OK ||
             (st = fp4_gpu_alloc(&c->d, d_bytes, "D bf16", err)) != FP4_OK)
             goto out;
@@ -161,14 +179,16 @@ static fp4_status nvfp4_prepare(void *inst, const fp4_gemm_problem *pr, int copi
                                      CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, err)) != FP4_OK)
             goto out;
     }
-    if ((st = fp4_lt_pick_algo(p->inst, &p->g, p->c[0].op, "cublaslt-nvfp4", err)) != FP4_OK)
+    if ((st = fp4_lt_choose_algo(p->inst, &p->g, p->c[0].op, pr->tuning, p, copies, nvfp4_run,
+                                 "cublaslt-nvfp4", err)) != FP4_OK)
         goto out;
     *plan = p;
     p = NULL;
     st = FP4_OK;
 out:
     nvfp4_release(p);
-    free(hsa);
+    free(hsa[0]);
+    free(hsa[1]);
     free(hsb);
     return st;
 }
@@ -182,7 +202,7 @@ static fp4_status nvfp4_poison(void *plan, int copy, void *stream, fp4_err *err)
                                (cudaStream_t)stream, err);
 }
 
-/* One cublasLtMatmul with the prepared algorithm and the instance's
+/* One cublasLtMatmul with the plan's algorithm and the instance's
  * workspace: no allocation, capturable. beta = 0, C aliases D. */
 static fp4_status nvfp4_run(void *plan, int copy, void *stream, fp4_err *err)
 {
@@ -200,6 +220,12 @@ static fp4_status nvfp4_read_output(void *plan, int copy, float *d, fp4_err *err
     fp4_status st = fp4_gpu_check_copy(copy, p->copies, err);
     if (st != FP4_OK) return st;
     return fp4_gpu_read_bf16(p->c[copy].d, (size_t)p->g.shape.m * (size_t)p->g.shape.n, d, err);
+}
+
+/* The chosen algorithm and how (blas_tune.h); valid until release. */
+static const char *nvfp4_variant(void *plan)
+{
+    return ((const nvfp4_plan *)plan)->g.variant;
 }
 
 /* Exactly the NVFP4 minimum: codes, padded swizzled scales, bf16 D. */
@@ -226,7 +252,9 @@ extern "C" const fp4_backend_ops fp4_backend_cublaslt_nvfp4 = {
     nvfp4_read_output, /* read_output */
     nvfp4_release,     /* release */
     nvfp4_bytes_moved, /* bytes_moved */
-    NULL,              /* variant: the kernel is cuBLAS's choice, not ours to name */
-    NULL,              /* flops: 2MNK */
+    nvfp4_variant,       /* variant: the cuBLASLt algorithm and how it was chosen */
+    NULL,                /* flops: 2MNK */
     fp4_lt_set_warnings, /* set_warnings */
+    NULL,                /* own_reference: none needed, the operands are the exact NVFP4 */
+    0.0,                 /* own_tol */
 };

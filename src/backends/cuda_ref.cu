@@ -116,8 +116,9 @@ static fp4_status ref_prepare(void *inst, const fp4_gemm_problem *pr, int copies
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
         ref_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload(&c->a, pr->a->codes, a_bytes, "A codes", err)) != FP4_OK ||
-            (st = fp4_gpu_upload(&c->sa, pr->a->scales, sa_bytes, "A scales", err)) != FP4_OK ||
+        const fp4_matrix *a = fp4_problem_a(pr, i); /* odd copies: -A */
+        if ((st = fp4_gpu_upload(&c->a, a->codes, a_bytes, "A codes", err)) != FP4_OK ||
+            (st = fp4_gpu_upload(&c->sa, a->scales, sa_bytes, "A scales", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->b, pr->b->codes, b_bytes, "B codes", err)) != FP4_OK ||
             (st = fp4_gpu_upload(&c->sb, pr->b->scales, sb_bytes, "B scales", err)) != FP4_OK ||
             (st = fp4_gpu_alloc((void **)&c->d, d_bytes, "D (fp32)", err)) != FP4_OK) {

@@ -367,7 +367,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     const size_t b_sf = fp4_sm90_packed_b_scales_size(kernel, s->n, s->k);
     const size_t ws = fp4_sm90_workspace_size(kernel, s->m, s->n, s->k);
     size_t d_bytes;
-    uint8_t *h_asf = NULL, *h_bq = NULL, *h_bs = NULL;
+    uint8_t *h_asf = NULL, *h_asf_odd = NULL, *h_bq = NULL, *h_bs = NULL;
     sm90_plan *p = NULL;
 
     if (fp4_size_mul3((size_t)s->m, (size_t)s->n, 2, &d_bytes)) {
@@ -375,15 +375,19 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
         goto out;
     }
     h_asf = (uint8_t *)malloc(a_sf);
+    h_asf_odd = (uint8_t *)malloc(a_sf);
     h_bq = (uint8_t *)malloc(b_codes);
     h_bs = (uint8_t *)malloc(b_sf);
     p = (sm90_plan *)calloc(1, sizeof *p);
-    if (!h_asf || !h_bq || !h_bs || !p ||
+    if (!h_asf || !h_asf_odd || !h_bq || !h_bs || !p ||
         !(p->c = (sm90_copy *)calloc((size_t)copies, sizeof *p->c))) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "fp4-sm90: no host memory to pack the operands");
         goto out;
     }
+    /* odd copies compute with their own A (-A): codes and scales from it */
     if ((st = fp4_swizzle_scales(pr->a->scales, s->m, s->k, h_asf, err)) != FP4_OK) goto out;
+    if ((st = fp4_swizzle_scales(fp4_problem_a(pr, 1)->scales, s->m, s->k, h_asf_odd, err)) != FP4_OK)
+        goto out;
     if ((st = fp4_sm90_pack_b(kernel, pr->b, h_bq, h_bs, err)) != FP4_OK) goto out;
 
     p->warn = inst->warn;
@@ -395,8 +399,10 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
     p->copies = copies;
     for (int i = 0; i < copies; i++) {
         sm90_copy *c = &p->c[i];
-        if ((st = fp4_gpu_upload((void **)&c->a_codes, pr->a->codes, a_codes, "A codes", err)) != FP4_OK ||
-            (st = fp4_gpu_upload((void **)&c->a_sf, h_asf, a_sf, "A swizzled scales", err)) != FP4_OK ||
+        const fp4_matrix *a = fp4_problem_a(pr, i);
+        if ((st = fp4_gpu_upload((void **)&c->a_codes, a->codes, a_codes, "A codes", err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&c->a_sf, (i & 1) ? h_asf_odd : h_asf, a_sf, "A swizzled scales",
+                                 err)) != FP4_OK ||
             (st = fp4_gpu_upload((void **)&c->b_codes, h_bq, b_codes, "packed B codes", err)) != FP4_OK ||
             (st = fp4_gpu_upload((void **)&c->b_sf, h_bs, b_sf, "packed B scales", err)) != FP4_OK ||
             (st = fp4_gpu_alloc((void **)&c->d, d_bytes, "D bf16", err)) != FP4_OK)
@@ -413,6 +419,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
 out:
     sm90_release(p);
     free(h_asf);
+    free(h_asf_odd);
     free(h_bq);
     free(h_bs);
     return st;

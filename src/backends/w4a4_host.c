@@ -3,29 +3,22 @@
 
 #include <math.h>
 
-fp4_status fp4_w4a4_activations(const fp4_matrix *a, uint16_t *x, float *encode_scale,
-                                fp4_err *err)
+fp4_status fp4_w4a4_copy_activations(const fp4_gemm_problem *p, int copy, uint16_t *x,
+                                     float *encode_scale, fp4_err *err)
 {
-    if (!a || !a->codes || !a->scales || !x || !encode_scale)
+    if (!p || !p->a || !x || !encode_scale)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "w4a4 activations: NULL argument");
-    const float g = a->global_scale, gs = 1.0f / g;
+    if (!p->a_bf16)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED,
+                        "needs the bf16 activations A was quantized from (A came without them)");
+    const float g = p->a->global_scale, gs = 1.0f / g;
     if (!(g > 0.0f) || !isfinite(g) || !isfinite(gs))
         return fp4_fail(err, FP4_ERR_INVALID_ARG,
                         "w4a4 activations: A's global scale %g has no finite positive inverse",
                         (double)g);
-    const int64_t kb = a->cols / FP4_BLOCK;
-    for (int64_t r = 0; r < a->rows; r++) {
-        const uint8_t *codes = a->codes + (size_t)r * (size_t)(a->cols / 2);
-        const uint8_t *scales = a->scales + (size_t)r * (size_t)kb;
-        uint16_t *row = x + (size_t)r * (size_t)a->cols;
-        for (int64_t c = 0; c < a->cols; c++) {
-            const uint8_t byte = codes[c / 2];
-            const uint8_t code = (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 15);
-            /* e2m1 * e4m3 is exact in float; the product with g rounds once */
-            const float v = fp4_e2m1_decode(code) * fp4_e4m3_decode(scales[c / FP4_BLOCK]) * g;
-            row[c] = fp4_bf16_from_float(v);
-        }
-    }
+    const size_t n = (size_t)p->shape.m * (size_t)p->shape.k;
+    const uint16_t flip = fp4_problem_sign(p, copy) < 0 ? 0x8000u : 0u;
+    for (size_t i = 0; i < n; i++) x[i] = (uint16_t)(p->a_bf16[i] ^ flip);
     *encode_scale = gs;
     return FP4_OK;
 }

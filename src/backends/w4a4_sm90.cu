@@ -5,9 +5,9 @@
  * layer) and fp4-sm90 (the GEMM alone, activations already quantized).
  *
  * Built on the fp4-sm90 backend itself (same instance, same plan: variant,
- * packed B, workspace): prepare() adds bf16 A per copy (backends/w4a4_host.h)
- * and checks that the quantizer reproduces the problem's A bit for bit (else:
- * unsupported). run() = two launches on the stream, the quantizer writing
+ * packed B, workspace): prepare() adds the case's bf16 A per copy
+ * (backends/w4a4_host.h) and checks that the GPU quantizer reproduces the CPU
+ * quantizer's output, the problem's A, bit for bit (else: FAILED). run() = two launches on the stream, the quantizer writing
  * the plan's A, then fp4-sm90's run: asynchronous, no allocation,
  * graph-capturable. */
 #include <stdlib.h>
@@ -49,17 +49,17 @@ static void w4_release(void *plan)
     free(p);
 }
 
-/* The round trip on copy 0 (every copy holds the same bf16 A). */
-static fp4_status w4_roundtrip(w4_plan *p, const fp4_matrix *a, fp4_err *err)
+/* GPU against CPU quantizer on one copy (its A: a, or -A for odd copies). */
+static fp4_status w4_roundtrip(w4_plan *p, int copy, const fp4_matrix *a, fp4_err *err)
 {
     uint8_t *codes, *sf;
-    fp4_status st = fp4_sm90_plan_a(p->gemm, 0, &codes, &sf, err);
+    fp4_status st = fp4_sm90_plan_a(p->gemm, copy, &codes, &sf, err);
     if (st != FP4_OK) return st;
     const fp4_shape *s = &p->shape;
     FP4_CUDA_TRY(err, cudaMemset(codes, 0xFF, (size_t)s->m * (size_t)(s->k / 2)));
     FP4_CUDA_TRY(err, cudaMemset(sf, 0xFF, fp4_swizzled_size(s->m, s->k)));
-    if ((st = fp4_gpu_quantize_bf16(p->x[0], s->m, s->k, p->encode_scale, codes, sf, NULL, NULL, 0,
-                                    err)) != FP4_OK)
+    if ((st = fp4_gpu_quantize_bf16(p->x[copy], s->m, s->k, p->encode_scale, codes, sf, NULL, NULL,
+                                    0, err)) != FP4_OK)
         return st;
     FP4_CUDA_TRY(err, cudaDeviceSynchronize());
     return fp4_w4a4_check_roundtrip("w4a4-sm90", codes, sf, a, err);
@@ -86,10 +86,12 @@ static fp4_status w4_prepare(void *inst, const fp4_gemm_problem *pr, int copies,
         p->gemm = NULL;
         goto out;
     }
-    if ((st = fp4_w4a4_activations(pr->a, hx, &p->encode_scale, err)) != FP4_OK) goto out;
     for (int i = 0; i < copies; i++)
-        if ((st = fp4_gpu_upload((void **)&p->x[i], hx, nx, "bf16 A", err)) != FP4_OK) goto out;
-    if ((st = w4_roundtrip(p, pr->a, err)) != FP4_OK) goto out;
+        if ((st = fp4_w4a4_copy_activations(pr, i, hx, &p->encode_scale, err)) != FP4_OK ||
+            (st = fp4_gpu_upload((void **)&p->x[i], hx, nx, "bf16 A", err)) != FP4_OK)
+            goto out;
+    for (int i = 0; i < (copies < 2 ? copies : 2); i++)
+        if ((st = w4_roundtrip(p, i, fp4_problem_a(pr, i), err)) != FP4_OK) goto out;
     *plan = p;
     p = NULL;
 out:
@@ -183,14 +185,14 @@ extern "C" const fp4_backend_ops fp4_backend_w4a4_sm90 = {
     FP4_BACKEND_API_VERSION,                                                 /* api_version */
     "w4a4-sm90",                                                             /* name */
     "W4A4 step on Hopper: GPU quantizer (bf16 A, static scale) + fp4-sm90 GEMM", /* summary */
-    FP4_BACKEND_GPU,  /* flags: exact operands once quantized */
+    FP4_BACKEND_GPU | FP4_BACKEND_FROM_BF16, /* flags: from bf16 A; exact once quantized */
     FP4_MATH_BF16_TC, /* math: fp4-sm90 multiplies on 16-bit tensor cores */
     1e-2,             /* tol_max: as fp4-sm90 (fp32 accumulation, bf16 D) */
     5e-3,             /* tol_norm */
     w4_open,          /* open: fp4-sm90's */
     w4_close,         /* close */
     w4_supports,      /* supports */
-    w4_prepare,       /* prepare: fp4-sm90's plan + bf16 A, round-trip check */
+    w4_prepare,       /* prepare: fp4-sm90's plan + bf16 A, GPU vs CPU quantizer */
     w4_poison,        /* poison: intermediate A and D */
     w4_run,           /* run: quantizer + GEMM */
     w4_read_output,   /* read_output */

@@ -1,10 +1,13 @@
 /* The measurement engine (see include/fp4/engine.h and docs/MEASUREMENT.md).
  *
- * Per case: operands from the seed; the exact reference once (cuda-ref on a
- * GPU, else the CPU reference), only when a non-reference backend needs it;
- * per backend: open (cached), supports, prepare with enough operand copies
- * that one rotation touches >= 3x L2 (cold) or 1 copy (hot), verify copy 0
- * and the last copy on poisoned output, then interleaved timing rounds. */
+ * Per case: operands from the seed (A, its negation for odd copies, and the
+ * bf16 activations A was quantized from); the exact reference once (cuda-ref
+ * on a GPU, else the CPU reference), only when a non-reference backend needs
+ * it; per backend: open (cached), supports, prepare with enough operand
+ * copies that the device memory they take spans >= 3x L2 (cold, measured) or
+ * 1 copy (hot), check that poison() poisons, verify copies 0 and 1 (-R), then
+ * interleaved timing rounds behind a stream gate, then every copy verified
+ * again from one replay of the timed graph. */
 #include "fp4/engine.h"
 
 #include <errno.h>
@@ -22,7 +25,7 @@
 #ifdef FP4_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "bench/light_phase.h"
+#include "bench/engine_gpu.h"
 #include "core/cuda_check.h"
 #include "core/gpu.h"
 #include "kernels/probe.h"
@@ -30,7 +33,8 @@
 
 #define MAX_OPEN 64
 #define MAX_COPIES 1024 /* tiny shapes rotate less than 3x L2: their rows say "warm" */
-#define MIN_BATCH 64             /* calls per graph replay, at least */
+#define GATE_TIMEOUT_MS 2000.0   /* a stream gate the host never opens gives up */
+#define OWN_SPOT_CHECKS 256      /* elements checked against a lossy backend's own operands */
 #define MAX_SAMPLE_US 20000.0    /* ...unless a replay would last longer than this */
 #define SPOT_CHECKS 64          /* elements of a reference row checked naively */
 /* The light phase after each sample of an interleaved rate measurement, as a
@@ -60,14 +64,18 @@ struct fp4_engine {
 #ifdef FP4_HAVE_CUDA
     cudaStream_t stream;
     cudaEvent_t ev0, ev1;
-    void *flush;  /* cleared before each plain-launch sample */
+    void *flush;  /* read before each plain-launch sample (2x L2) */
     size_t flush_bytes;
+    unsigned *flush_sink;
+    fp4_gpu_gate gate;
 #endif
 };
 
 /* One backend's state while a case is measured. */
 typedef struct slot {
     const fp4_backend_ops *ops;
+    const fp4_gemm_problem *prob; /* the problem it computes */
+    const float *ref;             /* and its exact result (NULL for references) */
     void *plan;
     fp4_row row;
     int active; /* verified, being timed */
@@ -81,7 +89,7 @@ typedef struct slot {
     int nl;
     double *clock; /* SM clock per sample (NVML) */
     double power_sum, temp_max, mem_clock;
-    int ntel;
+    int ntel, power_cap, thermal, hw_slowdown;
 #ifdef FP4_HAVE_CUDA
     cudaGraphExec_t exec;
 #endif
@@ -144,10 +152,14 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
         if (cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess)
             st = fp4_fail(err, FP4_ERR_CUDA, "cannot create a CUDA stream or events");
-        e->flush_bytes = (size_t)(e->dev.l2_bytes * 2);
+        e->flush_bytes = (size_t)(e->dev.l2_bytes * 2) / 16 * 16;
         if (st == FP4_OK && e->flush_bytes &&
-            cudaMalloc(&e->flush, e->flush_bytes) != cudaSuccess)
+            (cudaMalloc(&e->flush, e->flush_bytes) != cudaSuccess ||
+             cudaMemset(e->flush, 0x5A, e->flush_bytes) != cudaSuccess))
             st = fp4_fail(err, FP4_ERR_CUDA, "cannot allocate the L2 flush buffer");
+        if (st == FP4_OK)
+            st = fp4_gpu_alloc((void **)&e->flush_sink, 4096 * sizeof(unsigned), "the flush sink", err);
+        if (st == FP4_OK) st = fp4_gpu_gate_create(&e->gate, err);
         if (st != FP4_OK) {
             fp4_engine_destroy(e, NULL); /* the error says it all */
             return st;
@@ -162,6 +174,23 @@ fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_en
 #endif
     report->dev = e->dev;
     report->set = e->set;
+#ifdef FP4_HAVE_CUDA
+    if (e->dev.present) { /* a failed check is reported as not measured */
+        fp4_l2_check_result l2;
+        fp4_l2_check *c = &report->ceil.l2;
+        memset(c, 0, sizeof *c);
+        if (fp4_gpu_l2_check(e->dev.l2_bytes, e->stream, &l2, &e->warn, NULL) == FP4_OK) {
+            c->measured = 1;
+            c->buffer_bytes = l2.buffer_bytes;
+            c->rotation_bytes = l2.rotation_bytes;
+            c->hot_gbps = l2.hot_gbps;
+            c->rotated_gbps = l2.rotated_gbps;
+            c->flushed_gbps = l2.flushed_gbps;
+            c->cold = l2.rotated_gbps <= 1.15 * l2.flushed_gbps;
+        }
+        (void)cudaGetLastError();
+    }
+#endif
     *out = e;
     return FP4_OK;
 }
@@ -174,6 +203,8 @@ void fp4_engine_destroy(fp4_engine *e, fp4_warnings *warnings)
     fp4_nvml_close(e->nvml);
 #ifdef FP4_HAVE_CUDA
     fp4_gpu_release(e->flush, "the L2 flush buffer", &e->warn);
+    fp4_gpu_release(e->flush_sink, "the flush sink", &e->warn);
+    fp4_gpu_gate_destroy(&e->gate, &e->warn);
     if (e->ev0) FP4_CUDA_CLEANUP(&e->warn, cudaEventDestroy(e->ev0));
     if (e->ev1) FP4_CUDA_CLEANUP(&e->warn, cudaEventDestroy(e->ev1));
     if (e->stream) FP4_CUDA_CLEANUP(&e->warn, cudaStreamDestroy(e->stream));
@@ -362,8 +393,10 @@ static fp4_status time_launches(fp4_engine *e, slot *s, int count, int flush, do
                                 fp4_err *err)
 {
     float ms = 0;
-    if (flush && e->flush)
-        FP4_CUDA_TRY(err, cudaMemsetAsync(e->flush, 0, e->flush_bytes, e->stream));
+    if (flush && e->flush) {
+        fp4_status fst = fp4_gpu_l2_flush(e->flush, e->flush_bytes, e->flush_sink, e->stream, err);
+        if (fst != FP4_OK) return fst;
+    }
     FP4_CUDA_TRY(err, cudaEventRecord(e->ev0, e->stream));
     for (int i = 0; i < count; i++) {
         fp4_status st = s->ops->run(s->plan, i % s->row.copies, e->stream, err);
@@ -416,13 +449,27 @@ out:
     return st;
 }
 
+/* One replay behind the stream gate: the start event, the replay and the stop
+ * event are all enqueued before the GPU reaches the start event, so the time
+ * between them holds neither the host's submission nor the replay's launch
+ * latency, only the batch itself (a fixed per-replay cost divided by
+ * batches of different sizes would bias ratios). */
 static fp4_status time_graph(fp4_engine *e, slot *s, double *us, fp4_err *err)
 {
     float ms = 0;
-    FP4_CUDA_TRY(err, cudaEventRecord(e->ev0, e->stream));
-    FP4_CUDA_TRY(err, cudaGraphLaunch(s->exec, e->stream));
-    FP4_CUDA_TRY(err, cudaEventRecord(e->ev1, e->stream));
+    fp4_status st = fp4_gpu_gate_hold(&e->gate, e->stream, GATE_TIMEOUT_MS, err);
+    if (st != FP4_OK) return st;
+    cudaError_t ce = cudaEventRecord(e->ev0, e->stream);
+    if (ce == cudaSuccess) ce = cudaGraphLaunch(s->exec, e->stream);
+    if (ce == cudaSuccess) ce = cudaEventRecord(e->ev1, e->stream);
+    fp4_gpu_gate_release(&e->gate); /* in every case: the stream must not stay held */
+    if (ce != cudaSuccess)
+        return fp4_fail(err, FP4_ERR_CUDA, "graph replay of %s: %s", s->ops->name,
+                        cudaGetErrorString(ce));
     FP4_CUDA_TRY(err, cudaEventSynchronize(e->ev1));
+    if (fp4_gpu_gate_timed_out(&e->gate))
+        return fp4_fail(err, FP4_ERR_TIMEOUT, "the stream gate gave up after %.0f ms",
+                        GATE_TIMEOUT_MS);
     FP4_CUDA_TRY(err, cudaEventElapsedTime(&ms, e->ev0, e->ev1));
     *us = (double)ms * 1e3 / s->row.batch;
     return FP4_OK;
@@ -448,9 +495,11 @@ static fp4_status plan_batch(fp4_engine *e, slot *s, fp4_err *err)
     s->t_est_us = us;
     /* The batch depends on the copies alone, not on a timed estimate: on the
      * H200 an estimate that flipped reps between 1 and 2 moved a 11.5 us
-     * cuBLAS row by 3.8% between two runs (the replay's start-up cost is
-     * shared by fewer calls). At least MIN_BATCH calls amortise it. */
-    int reps = (MIN_BATCH + s->row.copies - 1) / s->row.copies;
+     * cuBLAS row by 3.8% between two runs. The stream gate keeps the
+     * replay's start-up out of the time; min_batch calls amortise what is
+     * left (the first call's ramp). */
+    const int min_batch = e->set.min_batch > 0 ? e->set.min_batch : 1;
+    int reps = (min_batch + s->row.copies - 1) / s->row.copies;
     /* ...except for slow calls, where a replay's start-up cost is noise
      * anyway: keep a sample under MAX_SAMPLE_US so the time limit still
      * allows enough samples */
@@ -530,6 +579,12 @@ static void telemetry_sample(fp4_engine *e, slot *s)
     if (t.temp_c > s->temp_max) s->temp_max = t.temp_c;
     s->mem_clock = t.mem_mhz;
     s->row.tel.throttle_reasons |= t.reasons;
+    /* NVML's clocks-event reasons: 0x4 software power cap, 0x80 hardware
+     * power brake; 0x20 software, 0x40 hardware thermal; 0x8 hardware
+     * slowdown */
+    s->power_cap += (t.reasons & 0x84ull) != 0;
+    s->thermal += (t.reasons & 0x60ull) != 0;
+    s->hw_slowdown += (t.reasons & 0x8ull) != 0;
 }
 
 /* ---- one case ------------------------------------------------------------------------ */
@@ -576,6 +631,10 @@ static void fill_telemetry(slot *s, double warm_clock)
     t->mem_clock_mhz = s->mem_clock;
     t->power_w = s->power_sum / s->ntel;
     t->temp_c = s->temp_max;
+    t->samples = s->ntel;
+    t->power_cap_samples = s->power_cap;
+    t->thermal_samples = s->thermal;
+    t->hw_slowdown_samples = s->hw_slowdown;
     for (int i = 0; i < s->ntel; i++)
         if (warm_clock > 0 && s->clock[i] < 0.9 * warm_clock) t->low_clock_samples++;
 }
@@ -597,39 +656,131 @@ static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *st
     s->nl = 0;
 }
 
-/* Verify one copy of slot s against r (NULL for reference backends). */
-static fp4_status verify_copy(fp4_engine *e, slot *s, const fp4_gemm_problem *p, int copy,
-                              const float *r, float *d, uint64_t seed, fp4_err *err)
+static void *engine_stream(fp4_engine *e)
 {
-    fp4_status st;
-    void *stream = NULL;
-    size_t n = (size_t)p->shape.m * (size_t)p->shape.n;
 #ifdef FP4_HAVE_CUDA
-    stream = e->stream;
+    return e->stream;
+#else
+    (void)e;
+    return NULL;
 #endif
-    for (size_t i = 0; i < n; i++) d[i] = NAN; /* a backend that reads nothing back fails */
-    if ((st = s->ops->poison(s->plan, copy, stream, err)) != FP4_OK) return st;
-    if ((st = s->ops->run(s->plan, copy, stream, err)) != FP4_OK) return st;
+}
+
+static fp4_status sync_slot(fp4_engine *e, const slot *s, fp4_err *err)
+{
 #ifdef FP4_HAVE_CUDA
     /* the stream is non-blocking: a backend that reads back with a plain
      * cudaMemcpy would not wait for it */
     if (s->gpu) FP4_CUDA_TRY(err, cudaStreamSynchronize(e->stream));
+#else
+    (void)e;
+    (void)s;
+    (void)err;
 #endif
+    return FP4_OK;
+}
+
+/* A lossy backend against the exact product of its own rounded operands, on
+ * a sample of elements: its rounding may hide in the loose NVFP4 tolerance,
+ * a wrong scale or alpha may not. d holds copy `copy`'s output. */
+static fp4_status check_own_reference(const slot *s, int copy, const float *d, uint64_t seed,
+                                      double *own_err, fp4_err *err)
+{
+    const fp4_shape *sh = &s->prob->shape;
+    const double sign = fp4_problem_sign(s->prob, copy);
+    double want[OWN_SPOT_CHECKS], got[OWN_SPOT_CHECKS], max_want = 0, max_diff = 0;
+    fp4_rng rng;
+    fp4_rng_seed(&rng, seed);
+    for (int i = 0; i < OWN_SPOT_CHECKS; i++) {
+        const int64_t row = (int64_t)(fp4_rng_next(&rng) % (uint64_t)sh->m);
+        const int64_t col = (int64_t)(fp4_rng_next(&rng) % (uint64_t)sh->n);
+        want[i] = sign * s->ops->own_reference(s->plan, row, col);
+        got[i] = d[row * sh->n + col];
+        if (fabs(want[i]) > max_want) max_want = fabs(want[i]);
+    }
+    for (int i = 0; i < OWN_SPOT_CHECKS; i++) {
+        const double diff = fabs(got[i] - want[i]);
+        if (!(diff <= max_diff)) max_diff = isnan(diff) ? INFINITY : diff;
+    }
+    *own_err = max_want > 0 ? max_diff / max_want : (max_diff > 0 ? INFINITY : 0);
+    if (!(*own_err <= s->ops->own_tol))
+        return fp4_fail(err, FP4_ERR_VERIFY,
+                        "copy %d: error %.3g against the exact product of its own rounded "
+                        "operands (tol %.3g, %d elements)",
+                        copy, *own_err, s->ops->own_tol, OWN_SPOT_CHECKS);
+    return FP4_OK;
+}
+
+/* Check copy `copy`'s output (already computed, synchronised) against the
+ * reference: s->ref for contenders (odd copies against -R), the naive loop on
+ * a sample for reference backends. Fills the row's verdict. */
+static fp4_status check_copy(fp4_engine *e, slot *s, int copy, float *d, uint64_t seed,
+                             fp4_err *err)
+{
+    const fp4_gemm_problem *p = s->prob;
+    const size_t n = (size_t)p->shape.m * (size_t)p->shape.n;
+    fp4_status st;
+    (void)e;
+    for (size_t i = 0; i < n; i++) d[i] = NAN; /* a backend that reads nothing back fails */
     if ((st = s->ops->read_output(s->plan, copy, d, err)) != FP4_OK) return st;
     if (s->ops->flags & FP4_BACKEND_REFERENCE) {
         char why[96];
-        int ok = spot_check_reference(p, d, seed, why, sizeof why);
+        fp4_gemm_problem q = *p;
+        q.a = fp4_problem_a(p, copy); /* the naive loop of this copy's A */
+        int ok = spot_check_reference(&q, d, seed, why, sizeof why);
         s->row.verified = ok ? -1 : 0;
         snprintf(s->row.verify_note, sizeof s->row.verify_note, "%s", why);
         return ok ? FP4_OK : fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, why);
     }
+    if (fp4_problem_sign(p, copy) < 0) /* odd copies computed -D */
+        for (size_t i = 0; i < n; i++) d[i] = -d[i];
     fp4_verdict v;
-    fp4_compare_outputs(d, r, n, s->ops->tol_max, s->ops->tol_norm, &v);
+    fp4_compare_outputs(d, s->ref, n, s->ops->tol_max, s->ops->tol_norm, &v);
     s->row.err_max = v.err_max;
     s->row.err_norm = v.err_norm;
     s->row.verified = v.pass;
     snprintf(s->row.verify_note, sizeof s->row.verify_note, "%s", v.why);
-    return v.pass ? FP4_OK : fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, v.why);
+    if (!v.pass) return fp4_fail(err, FP4_ERR_VERIFY, "copy %d: %s", copy, v.why);
+    if ((s->ops->flags & FP4_BACKEND_LOSSY) && s->ops->own_reference) {
+        if (fp4_problem_sign(p, copy) < 0) /* back to what the backend wrote */
+            for (size_t i = 0; i < n; i++) d[i] = -d[i];
+        if ((st = check_own_reference(s, copy, d, seed, &s->row.own_err, err)) != FP4_OK) return st;
+        size_t len = strlen(s->row.verify_note);
+        snprintf(s->row.verify_note + len, sizeof s->row.verify_note - len, "; own operands %.2g",
+                 s->row.own_err);
+    }
+    return FP4_OK;
+}
+
+/* poison() must leave every output element non-finite, or a backend that
+ * skips a write could pass on what an earlier run left behind. */
+static fp4_status check_poison(fp4_engine *e, slot *s, float *d, fp4_err *err)
+{
+    const size_t n = (size_t)s->prob->shape.m * (size_t)s->prob->shape.n;
+    size_t finite = 0;
+    fp4_status st;
+    if ((st = s->ops->poison(s->plan, 0, engine_stream(e), err)) != FP4_OK) return st;
+    if ((st = sync_slot(e, s, err)) != FP4_OK) return st;
+    for (size_t i = 0; i < n; i++) d[i] = 0.0f;
+    if ((st = s->ops->read_output(s->plan, 0, d, err)) != FP4_OK) return st;
+    for (size_t i = 0; i < n; i++) finite += isfinite(d[i]) != 0;
+    if (finite)
+        return fp4_fail(err, FP4_ERR_VERIFY,
+                        "poison() left %zu of %zu output elements finite (read back before any run)",
+                        finite, n);
+    return FP4_OK;
+}
+
+/* Verify one copy of slot s: poison, run, check. */
+static fp4_status verify_copy(fp4_engine *e, slot *s, int copy, float *d, uint64_t seed,
+                              fp4_err *err)
+{
+    fp4_status st;
+    void *stream = engine_stream(e);
+    if ((st = s->ops->poison(s->plan, copy, stream, err)) != FP4_OK) return st;
+    if ((st = s->ops->run(s->plan, copy, stream, err)) != FP4_OK) return st;
+    if ((st = sync_slot(e, s, err)) != FP4_OK) return st;
+    return check_copy(e, s, copy, d, seed, err);
 }
 
 static void slot_free(fp4_engine *e, slot *s)
@@ -655,6 +806,7 @@ static void slot_reset_timing(slot *s)
     free(s->samples);
     s->samples = s->launch = s->clock = NULL;
     s->ns = s->cap = s->nl = s->ntel = 0;
+    s->power_cap = s->thermal = s->hw_slowdown = 0;
     s->done = 0;
     s->power_sum = s->temp_max = s->mem_clock = 0;
     memset(&s->row.t, 0, sizeof s->row.t);
@@ -667,6 +819,11 @@ static void slot_reset_timing(slot *s)
     s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 0;
     s->row.tflops = s->row.gbps = s->row.floor_us = 0;
     s->row.pct_roofline = s->row.pct_peak = -1;
+}
+
+static int interrupted(const fp4_engine *e)
+{
+    return e->set.interrupt && *e->set.interrupt;
 }
 
 /* Interleaved timing of every active slot: warm-up by time, then rounds
@@ -696,13 +853,18 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, const fp4_shape
             if (st == FP4_OK) st = light_phase(e, &slots[i], us, &serr);
             if (st != FP4_OK) slot_fail(&slots[i], st, &serr, "warm-up");
         }
-    } while (any && (now_s() - t0) * 1e3 < e->set.warmup_ms);
+    } while (any && (now_s() - t0) * 1e3 < e->set.warmup_ms && !interrupted(e));
     fp4_nvml_sample tel;
     *warm_clock = fp4_nvml_read(e->nvml, &tel) == 0 ? tel.sm_mhz : 0;
 
     t0 = now_s();
     for (;;) {
         int running = 0;
+        if (interrupted(e)) { /* keep what was measured, say it was cut short */
+            for (int i = 0; i < ns; i++)
+                if (slots[i].active) slots[i].row.interrupted = 1;
+            break;
+        }
         order_shuffle(&ox, order, ns);
         for (int j = 0; j < ns; j++) {
             slot *s = &slots[order[j]];
@@ -744,11 +906,19 @@ static fp4_status time_slots(fp4_engine *e, slot *slots, int ns, const fp4_shape
             break;
         }
     }
-    for (int i = 0; i < ns; i++) /* final statistics over every sample */
-        if (slots[i].active) fp4_stats_compute(slots[i].samples, slots[i].ns, &slots[i].row.t);
+    for (int i = 0; i < ns; i++) { /* final statistics over every sample */
+        if (!slots[i].active) continue;
+        if (slots[i].ns == 0) {
+            fp4_err_clear(&serr);
+            fp4_fail(&serr, FP4_ERR_INTERRUPTED, "interrupted before it was timed");
+            slot_fail(&slots[i], FP4_ERR_INTERRUPTED, &serr, "timing");
+            continue;
+        }
+        fp4_stats_compute(slots[i].samples, slots[i].ns, &slots[i].row.t);
+    }
 #ifdef FP4_HAVE_CUDA
     /* plain launches, for the launch-inclusive figure */
-    if (e->set.measure_launch && e->set.use_graphs) {
+    if (e->set.measure_launch && e->set.use_graphs && !interrupted(e)) {
         for (int r = 0; r < e->set.stop.min_samples; r++)
             for (int i = 0; i < ns; i++) {
                 slot *s = &slots[i];
@@ -797,23 +967,159 @@ typedef struct case_opts {
     fp4_status *fail;    /* optional [nb]: each backend's failure, FP4_OK if none */
 } case_opts;
 
+/* Device memory in use (GPU builds with a GPU; 0 otherwise). */
+static double device_used_bytes(const fp4_engine *e)
+{
+#ifdef FP4_HAVE_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (e->dev.present && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        return (double)total_b - (double)free_b;
+#else
+    (void)e;
+#endif
+    return 0;
+}
+
+/* prepare() with enough copies that the memory they take spans >= 3x L2.
+ * The copies start from the least any GEMM must move per call (NVFP4
+ * operands, bf16 D) and grow from what prepare() is measured to allocate per
+ * copy (at most three prepares): neither a backend's own account of its
+ * bytes nor a guess decides how cold its rows are. */
+static fp4_status prepare_slot(fp4_engine *e, slot *s, void *inst, fp4_err *err)
+{
+    const fp4_shape *sh = &s->prob->shape;
+    const double l2x3 = 3.0 * e->dev.l2_bytes;
+    int copies = s->gpu ? copies_for(e, fp4_gemm_min_bytes(sh->m, sh->n, sh->k)) : 1;
+    fp4_status st = FP4_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        const double used0 = device_used_bytes(e);
+        double t0 = now_s();
+        s->plan = NULL;
+        st = s->ops->prepare(inst, s->prob, copies, &s->plan, err);
+        if (st != FP4_OK) s->plan = NULL; /* a failed prepare owns nothing */
+#ifdef FP4_HAVE_CUDA
+        if (st == FP4_OK && s->gpu && cudaDeviceSynchronize() != cudaSuccess)
+            st = fp4_fail(err, FP4_ERR_CUDA, "prepare left a CUDA error: %s",
+                          cudaGetErrorString(cudaGetLastError()));
+#endif
+        s->row.prepare_ms = (now_s() - t0) * 1e3;
+        s->row.copies = copies;
+        if (st != FP4_OK) return st;
+        if (!s->gpu || e->set.hot) {
+            s->row.rotation_bytes = 0;
+            return FP4_OK;
+        }
+        const double alloc = device_used_bytes(e) - used0;
+        /* nothing measurable (a backend allocating ahead, in open()): the
+         * least a GEMM moves stands in */
+        s->row.rotation_bytes = alloc > 0 ? alloc : copies * fp4_gemm_min_bytes(sh->m, sh->n, sh->k);
+        if (s->row.rotation_bytes >= l2x3 || !(alloc > 0)) return FP4_OK;
+        const int more = copies_for(e, alloc / copies);
+        if (more <= copies) return FP4_OK; /* at the copy or memory limit: "warm" */
+        s->ops->release(s->plan);
+        s->plan = NULL;
+        copies = more;
+    }
+    return st;
+}
+
+/* After timing: poison every copy, replay what was timed once (the captured
+ * graph, or one batch of plain launches), and verify every copy, so the
+ * result of each copy the timing rotated through is checked, not one
+ * computed apart from it. */
+static fp4_status verify_after_timing(fp4_engine *e, slot *s, float *d, uint64_t seed,
+                                      fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    void *stream = engine_stream(e);
+    for (int c = 0; c < s->row.copies && st == FP4_OK; c++) st = s->ops->poison(s->plan, c, stream, err);
+    if (st != FP4_OK) return st;
+#ifdef FP4_HAVE_CUDA
+    if (s->gpu && s->exec) {
+        FP4_CUDA_TRY(err, cudaGraphLaunch(s->exec, e->stream));
+    } else
+#endif
+    {
+        for (int i = 0; i < s->row.batch && st == FP4_OK; i++)
+            st = s->ops->run(s->plan, i % s->row.copies, stream, err);
+        if (st != FP4_OK) return st;
+    }
+    if ((st = sync_slot(e, s, err)) != FP4_OK) return st;
+    /* keep the verdict of copy 0 for the row (the note): check it last */
+    for (int c = s->row.copies - 1; c >= 0; c--)
+        if ((st = check_copy(e, s, c, d, seed, err)) != FP4_OK) return st;
+    s->row.verified_copies = s->row.copies;
+    return FP4_OK;
+}
+
+/* The problem of a backend that starts from bf16 activations (FP4 backend
+ * flag FROM_BF16): A as the CPU quantizer makes it from x with the static
+ * scale 1/A.global_scale (the global scale kept), and -x's for odd copies.
+ * *same is set when that is p's A and -A byte for byte (usual for data
+ * quantized by the engine itself), so p's reference serves. */
+typedef struct bf16_problem {
+    fp4_matrix a, a_odd;
+    uint16_t *x_neg;
+    fp4_gemm_problem p;
+    int same;
+} bf16_problem;
+
+static fp4_status make_bf16_problem(const fp4_gemm_problem *p, bf16_problem *q, fp4_err *err)
+{
+    const size_t n = (size_t)p->shape.m * (size_t)p->shape.k;
+    const size_t nc = n / 2, ns = n / FP4_BLOCK;
+    const float encode = 1.0f / p->a->global_scale;
+    fp4_status st;
+    memset(q, 0, sizeof *q);
+    q->x_neg = malloc(n * sizeof *q->x_neg);
+    if (!q->x_neg) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for the negated activations");
+    for (size_t i = 0; i < n; i++) q->x_neg[i] = (uint16_t)(p->a_bf16[i] ^ 0x8000u);
+    if ((st = fp4_quantize_bf16(p->a_bf16, p->shape.m, p->shape.k, encode, &q->a, err)) != FP4_OK ||
+        (st = fp4_quantize_bf16(q->x_neg, p->shape.m, p->shape.k, encode, &q->a_odd, err)) != FP4_OK)
+        return st;
+    q->a.global_scale = q->a_odd.global_scale = p->a->global_scale;
+    q->p = *p;
+    q->p.a = &q->a;
+    q->p.a_odd = &q->a_odd;
+    q->same = memcmp(q->a.codes, p->a->codes, nc) == 0 && memcmp(q->a.scales, p->a->scales, ns) == 0 &&
+              memcmp(q->a_odd.codes, p->a_odd->codes, nc) == 0 &&
+              memcmp(q->a_odd.scales, p->a_odd->scales, ns) == 0;
+    return FP4_OK;
+}
+
+static void bf16_problem_free(bf16_problem *q)
+{
+    fp4_matrix_free(&q->a);
+    fp4_matrix_free(&q->a_odd);
+    free(q->x_neg);
+}
+
 static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_ops *const *backends,
                            int nb, fp4_report *report, fp4_row_callback cb, void *user,
                            const case_opts *opt, fp4_err *err)
 {
     const int verify = opt->verify;
     fp4_status st;
-    fp4_matrix a = {0}, b = {0};
+    fp4_matrix a = {0}, a_odd = {0}, b = {0};
+    uint16_t *x = NULL;
+    bf16_problem q;
+    int have_q = 0;
     slot *slots = calloc((size_t)nb, sizeof *slots);
-    float *r = NULL, *d = NULL;
+    float *r = NULL, *r_q = NULL, *d = NULL;
     size_t n = (size_t)c->shape.m * (size_t)c->shape.n;
     char oracle[16] = "";
     double warm_clock = 0;
+    memset(&q, 0, sizeof q);
     if (!slots) return fp4_fail(err, FP4_ERR_NOMEM, "no memory");
-    if ((st = fp4_shape_check(&c->shape, err)) != FP4_OK) goto out;
-    if ((st = fp4_make_operand(e->set.data, c->shape.m, c->shape.k,
-                               operand_seed(e->set.seed, &c->shape, 0), &a, err)) != FP4_OK)
+    if (interrupted(e)) {
+        st = fp4_fail(err, FP4_ERR_INTERRUPTED, "interrupted");
         goto out;
+    }
+    if ((st = fp4_shape_check(&c->shape, err)) != FP4_OK) goto out;
+    if ((st = fp4_make_activations(e->set.data, c->shape.m, c->shape.k,
+                                   operand_seed(e->set.seed, &c->shape, 0), &x, &a, err)) != FP4_OK)
+        goto out;
+    if ((st = fp4_negate_operand(&a, &a_odd, err)) != FP4_OK) goto out;
     if ((st = fp4_make_operand(e->set.data, c->shape.n, c->shape.k,
                                operand_seed(e->set.seed, &c->shape, 1), &b, err)) != FP4_OK)
         goto out;
@@ -822,7 +1128,10 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %zu-element output", n);
         goto out;
     }
-    fp4_gemm_problem p = {.shape = c->shape, .a = &a, .b = &b, .alpha = a.global_scale * b.global_scale};
+    const fp4_gemm_problem p = {.shape = c->shape, .a = &a, .b = &b,
+                                .alpha = a.global_scale * b.global_scale, .a_odd = &a_odd,
+                                .a_bf16 = x, .tuning = e->set.baseline_tuning};
+    const uint64_t spot_seed = operand_seed(e->set.seed, &c->shape, 2);
 
     /* open, check, prepare, verify */
     for (int i = 0; i < nb; i++) {
@@ -832,11 +1141,13 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         fp4_err_clear(&berr);
         s->ops = backends[i];
         s->gpu = (s->ops->flags & FP4_BACKEND_GPU) != 0;
+        s->prob = &p;
         snprintf(s->row.label, sizeof s->row.label, "%s", c->label);
         s->row.shape = c->shape;
         snprintf(s->row.backend, sizeof s->row.backend, "%s", s->ops->name);
         snprintf(s->row.l2, sizeof s->row.l2, "%s", !s->gpu ? "n/a" : e->set.hot ? "hot" : "cold");
         s->row.pct_peak = s->row.pct_roofline = -1;
+        s->row.own_err = -1;
         if ((st = instance_of(e, s->ops, &inst, &berr)) != FP4_OK) {
             slot_fail(s, st, &berr, "open");
             continue;
@@ -845,48 +1156,45 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
             slot_fail(s, st, &berr, "supports");
             continue;
         }
-        double bytes = s->ops->bytes_moved ? s->ops->bytes_moved(&c->shape)
-                                           : fp4_gemm_min_bytes(c->shape.m, c->shape.n, c->shape.k);
-        s->row.copies = s->gpu ? copies_for(e, bytes) : 1;
-        s->row.rotation_bytes = bytes * s->row.copies;
-        /* too small to rotate through 3x L2 within MAX_COPIES: say so */
-        if (s->gpu && !e->set.hot && s->row.rotation_bytes < 3.0 * e->dev.l2_bytes)
-            snprintf(s->row.l2, sizeof s->row.l2, "warm");
-        double t0 = now_s();
-        s->plan = NULL;
-        st = s->ops->prepare(inst, &p, s->row.copies, &s->plan, &berr);
-        if (st != FP4_OK) s->plan = NULL; /* a failed prepare owns nothing */
-#ifdef FP4_HAVE_CUDA
-        if (st == FP4_OK && s->gpu && cudaDeviceSynchronize() != cudaSuccess)
-            st = fp4_fail(&berr, FP4_ERR_CUDA, "prepare left a CUDA error: %s",
-                          cudaGetErrorString(cudaGetLastError()));
-#endif
-        s->row.prepare_ms = (now_s() - t0) * 1e3;
-        if (st != FP4_OK) {
-            /* prepare may have succeeded and the sync after it failed */
-            if (s->plan) s->ops->release(s->plan);
+        if (s->ops->flags & FP4_BACKEND_FROM_BF16) {
+            if (!have_q) {
+                if ((st = make_bf16_problem(&p, &q, err)) != FP4_OK) goto out;
+                have_q = 1;
+            }
+            s->prob = q.same ? &p : &q.p;
+        }
+        if ((st = prepare_slot(e, s, inst, &berr)) != FP4_OK) {
+            if (s->plan) s->ops->release(s->plan); /* prepare may have succeeded, its sync not */
             s->plan = NULL;
             slot_fail(s, st, &berr, "prepare");
             continue;
         }
+        /* too small to rotate through 3x L2 within the copy and memory limits */
+        if (s->gpu && !e->set.hot && s->row.rotation_bytes < 3.0 * e->dev.l2_bytes)
+            snprintf(s->row.l2, sizeof s->row.l2, "warm");
         if (s->ops->variant)
             snprintf(s->row.variant, sizeof s->row.variant, "%s", s->ops->variant(s->plan));
         s->active = 1;
         if (!verify) continue;
-        if (!(s->ops->flags & FP4_BACKEND_REFERENCE) && !r) {
-            r = malloc(n * sizeof *r);
-            if (!r) {
-                st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the reference");
-                goto out;
+        if (!(s->ops->flags & FP4_BACKEND_REFERENCE)) {
+            float **ref = s->prob == &p ? &r : &r_q;
+            if (!*ref) {
+                *ref = malloc(n * sizeof **ref);
+                if (!*ref) {
+                    st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the reference");
+                    goto out;
+                }
+                if ((st = compute_reference(e, s->prob, *ref, operand_seed(e->set.seed, &c->shape, 3),
+                                            oracle, sizeof oracle, err)) != FP4_OK)
+                    goto out;
             }
-            if ((st = compute_reference(e, &p, r, operand_seed(e->set.seed, &c->shape, 3), oracle,
-                                        sizeof oracle, err)) != FP4_OK)
-                goto out;
+            s->ref = *ref;
         }
-        uint64_t spot_seed = operand_seed(e->set.seed, &c->shape, 2);
-        st = verify_copy(e, s, &p, 0, r, d, spot_seed, &berr);
-        if (st == FP4_OK && s->row.copies > 1)
-            st = verify_copy(e, s, &p, s->row.copies - 1, r, d, spot_seed, &berr);
+        /* copy 1 computes -R: a backend that ignores the copy index fails
+         * here already; copy 0 last, its verdict is the row's note */
+        st = check_poison(e, s, d, &berr);
+        if (st == FP4_OK && s->row.copies > 1) st = verify_copy(e, s, 1, d, spot_seed, &berr);
+        if (st == FP4_OK) st = verify_copy(e, s, 0, d, spot_seed, &berr);
         if (st != FP4_OK) {
             slot_fail(s, st, &berr, "verification");
             continue;
@@ -923,6 +1231,20 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
                     slot_fail(&slots[i], st, &berr, "timing setup");
             }
             if ((st = time_slots(e, slots, nb, &c->shape, &warm_clock, err)) != FP4_OK) goto out;
+            /* what was timed, verified: every copy, from one replay */
+            for (int i = 0; verify && !interrupted(e) && i < nb; i++) {
+                slot *s = &slots[i];
+                fp4_err berr;
+                if (!s->active || (s->ops->flags & FP4_BACKEND_REFERENCE) || pass > 0) continue;
+                fp4_err_clear(&berr);
+                if ((st = verify_after_timing(e, s, d, spot_seed, &berr)) != FP4_OK)
+                    slot_fail(s, st, &berr, "verification after timing");
+                else if (oracle[0]) {
+                    size_t len = strlen(s->row.verify_note);
+                    snprintf(s->row.verify_note + len, sizeof s->row.verify_note - len, " vs %s",
+                             oracle);
+                }
+            }
         }
 
         const slot *base = NULL;
@@ -955,7 +1277,7 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
             if (cb) cb(report, &report->rows[report->nrows - 1], user);
         }
     }
-    st = FP4_OK;
+    st = interrupted(e) ? fp4_fail(err, FP4_ERR_INTERRUPTED, "interrupted") : FP4_OK;
 out:
     e->light_ratio = 0;
     for (int i = 0; i < nb; i++) {
@@ -964,8 +1286,12 @@ out:
     }
     free(slots);
     free(r);
+    free(r_q);
     free(d);
+    free(x);
+    if (have_q) bf16_problem_free(&q);
     fp4_matrix_free(&a);
+    fp4_matrix_free(&a_odd);
     fp4_matrix_free(&b);
     return st;
 }
@@ -1047,7 +1373,9 @@ static void ceiling_rate(fp4_engine *e, const char *name, double *interleaved, d
 fp4_status fp4_engine_measure_ceilings(fp4_engine *e, fp4_report *report, fp4_err *err)
 {
     fp4_ceilings *c = &report->ceil;
+    const fp4_l2_check l2 = c->l2; /* measured at create */
     memset(c, 0, sizeof *c);
+    c->l2 = l2;
     if (!e->dev.present) return FP4_OK;
 #ifdef FP4_HAVE_CUDA
     double best = 0, median = 0, max_time = e->set.stop.max_time_s;

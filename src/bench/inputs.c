@@ -67,33 +67,74 @@ static fp4_status make_codes(int64_t rows, int64_t cols, fp4_rng *rng, fp4_matri
     return FP4_OK;
 }
 
-fp4_status fp4_make_operand(fp4_data_kind kind, int64_t rows, int64_t cols, uint64_t seed,
-                            fp4_matrix *out, fp4_err *err)
+/* The bf16 values of an operand of `kind` (not codes): normal data, with
+ * heavy-tailed outlier channels, or with every block of 16 scaled by its own
+ * power of two over five decades (wide). */
+static void make_values(fp4_data_kind kind, int64_t rows, int64_t cols, fp4_rng *rng, uint16_t *x)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float block_scale = 1.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = fp4_rng_normal(rng);
+            if (kind == FP4_DATA_OUTLIERS) {
+                /* Student-t with 3 d.o.f.: normal / sqrt(chi2_3 / 3) */
+                float a = fp4_rng_normal(rng), b = fp4_rng_normal(rng), d = fp4_rng_normal(rng);
+                float chi = (a * a + b * b + d * d) / 3.0f;
+                v = v / sqrtf(chi > 1e-6f ? chi : 1e-6f);
+                if (c % 32 == 7) v *= 30.0f;
+            } else if (kind == FP4_DATA_WIDE) {
+                /* 2^-16 .. 2^0: the smallest blocks get E4M3 subnormal scales
+                 * (below 2^-6 of 448) next to blocks at full range */
+                if (c % FP4_BLOCK == 0) block_scale = ldexpf(1.0f, -(int)(fp4_rng_next(rng) % 17));
+                v *= block_scale;
+            }
+            x[(size_t)r * (size_t)cols + (size_t)c] = fp4_bf16_from_float(v);
+        }
+    }
+}
+
+fp4_status fp4_make_activations(fp4_data_kind kind, int64_t rows, int64_t cols, uint64_t seed,
+                                uint16_t **x_out, fp4_matrix *out, fp4_err *err)
 {
     fp4_rng rng;
     fp4_status st = fp4_check_dims(rows, cols, err);
     memset(out, 0, sizeof *out);
+    if (x_out) *x_out = NULL;
     if (st != FP4_OK) return st;
-    fp4_rng_seed(&rng, seed);
-    if (kind == FP4_DATA_CODES) return make_codes(rows, cols, &rng, out, err);
-
     size_t n = (size_t)rows * (size_t)cols;
     uint16_t *x = malloc(n * sizeof *x);
     if (!x) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %lldx%lld operand",
                             (long long)rows, (long long)cols);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float v = fp4_rng_normal(&rng);
-            if (kind == FP4_DATA_OUTLIERS) {
-                /* Student-t with 3 d.o.f.: normal / sqrt(chi2_3 / 3) */
-                float a = fp4_rng_normal(&rng), b = fp4_rng_normal(&rng), d = fp4_rng_normal(&rng);
-                float chi = (a * a + b * b + d * d) / 3.0f;
-                v = v / sqrtf(chi > 1e-6f ? chi : 1e-6f);
-                if (c % 32 == 7) v *= 30.0f;
-            }
-            x[(size_t)r * (size_t)cols + (size_t)c] = fp4_bf16_from_float(v);
-        }
-    st = fp4_quantize_bf16(x, rows, cols, 0.0f, out, err);
-    free(x);
-    return st;
+    fp4_rng_seed(&rng, seed);
+    if (kind == FP4_DATA_CODES) {
+        /* random codes are the operand; their bf16 values are the input a
+         * quantizing backend starts from (quantized again, they differ) */
+        st = make_codes(rows, cols, &rng, out, err);
+        if (st == FP4_OK) st = fp4_dequantize_bf16(out, x, err);
+    } else {
+        make_values(kind, rows, cols, &rng, x);
+        st = fp4_quantize_bf16(x, rows, cols, 0.0f, out, err);
+    }
+    if (st != FP4_OK || !x_out) {
+        if (st != FP4_OK) fp4_matrix_free(out);
+        free(x);
+        return st;
+    }
+    *x_out = x;
+    return FP4_OK;
+}
+
+fp4_status fp4_make_operand(fp4_data_kind kind, int64_t rows, int64_t cols, uint64_t seed,
+                            fp4_matrix *out, fp4_err *err)
+{
+    return fp4_make_activations(kind, rows, cols, seed, NULL, out, err);
+}
+
+fp4_status fp4_negate_operand(const fp4_matrix *a, fp4_matrix *out, fp4_err *err)
+{
+    fp4_status st = fp4_matrix_copy(out, a, err);
+    if (st != FP4_OK) return st;
+    const size_t n = (size_t)a->rows * (size_t)(a->cols / 2);
+    for (size_t i = 0; i < n; i++) out->codes[i] ^= 0x88; /* both nibbles' sign bits */
+    return FP4_OK;
 }

@@ -10,6 +10,7 @@ const char *fp4_data_kind_name(fp4_data_kind k)
     case FP4_DATA_GAUSSIAN: return "gaussian";
     case FP4_DATA_CODES: return "codes";
     case FP4_DATA_OUTLIERS: return "outliers";
+    case FP4_DATA_WIDE: return "wide";
     }
     return "unknown";
 }
@@ -17,7 +18,8 @@ const char *fp4_data_kind_name(fp4_data_kind k)
 /* 0 and *out set for a known name (exact, lowercase); -1 otherwise, *out kept. */
 int fp4_data_kind_parse(const char *s, fp4_data_kind *out)
 {
-    static const fp4_data_kind kinds[] = {FP4_DATA_GAUSSIAN, FP4_DATA_CODES, FP4_DATA_OUTLIERS};
+    static const fp4_data_kind kinds[] = {FP4_DATA_GAUSSIAN, FP4_DATA_CODES, FP4_DATA_OUTLIERS,
+                                         FP4_DATA_WIDE};
     if (!s) return -1;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         if (strcmp(s, fp4_data_kind_name(kinds[i])) == 0) {
@@ -48,4 +50,7 @@ void fp4_settings_default(fp4_settings *s)
     s->verify_only = 0;
     s->time_reference = 0;
     s->order_seed = 0;
+    s->baseline_tuning = 1;
+    s->min_batch = 64;
+    s->interrupt = NULL;
 }

@@ -13,6 +13,7 @@
 #define EXIT_CHECK 1
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 3
+#define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports it */
 
 /* Argument cursor: handles "--flag value" and "--flag=value". */
 typedef struct cli_args {

@@ -1,5 +1,6 @@
 /* fp4bench run (and the default suite): measure cases on backends and report. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +33,17 @@ static const char run_usage[] =
     "                             (fp4bench list --preset NAME shows the shapes)\n"
     "  --spec FILE                one problem per line: M N K [label]; '#' comments\n"
     "backends:\n"
-    "  --backend a,b,...          names from fp4bench list, or 'all' (default: every GPU backend\n"
-    "                             when a GPU is present, else cpu-ref)\n"
-    "  --plugin FILE.so           load an external backend (repeatable)\n"
+    "  --backend a,b,...          names from fp4bench list or of a --plugin's backend, or 'all'\n"
+    "                             (default: every GPU backend when a GPU is present, else\n"
+    "                             cpu-ref); a --plugin's backend runs in any case\n"
+    "  --plugin FILE.so           load an external backend (repeatable; docs/PLUGINS.md)\n"
     "  --baseline NAME            the ratio column is baseline time / backend time\n"
     "                             (default cublas-bf16 when it is measured); a backend that\n"
     "                             is not a GEMM (quantize) has no ratio and is no baseline\n"
     "measurement:\n"
-    "  --data gaussian|codes|outliers   operand data (default gaussian)\n"
+    "  --data KIND                operand data: gaussian (default), codes (random codes and\n"
+    "                             scales), outliers (heavy-tailed channels), wide (block\n"
+    "                             magnitudes over five decades: subnormal E4M3 scales)\n"
     "  --seed N                   operand seed (default 1)\n"
     "  --hot                      L2-resident operands (default: cold L2, >= 3x L2 rotated)\n"
     "  --no-graphs                time plain launches instead of CUDA-graph batches\n"
@@ -49,6 +53,10 @@ static const char run_usage[] =
     "  --noise F                  stop when the median's relative CI half-width < F (default 0.005)\n"
     "  --max-time S               time limit per measurement in seconds (default 10; 3 without GPU)\n"
     "  --no-ceilings              do not measure bandwidth / tensor-rate ceilings\n"
+    "  --baseline-tuning on|off   on (default): cuBLAS/cuBLASLt baselines time their top\n"
+    "                             heuristic algorithms (>= 8) once and keep the fastest,\n"
+    "                             named in the row's variant; off: the library's first choice\n"
+    "  --min-batch N              calls per graph replay, at least (default 64)\n"
     "  --verify-only              verify every backend, do not time\n"
     "  --time-reference           also time the reference backends (cpu-ref, cuda-ref); by\n"
     "                             default they only verify, unless nothing else runs\n"
@@ -63,8 +71,13 @@ static const char run_usage[] =
     "                             and CSV always have them in full)\n"
     "  --quiet                    no progress line\n"
     "\n"
+    "\n"
+    "Ctrl-C stops the run: the rows measured so far are printed and written, the JSON\n"
+    "with \"interrupted\": true (a second Ctrl-C ends the program at once).\n"
+    "\n"
     "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage error (a bad\n"
-    "             option or --shape), 3 runtime error (a bad file, a CUDA failure)\n";
+    "             option or --shape), 3 runtime error (a bad file, a CUDA failure),\n"
+    "             130 interrupted (Ctrl-C)\n";
 
 typedef struct run_ctx {
     const char *json_path; /* NULL: none, or JSON to stdout (written at the end) */
@@ -95,6 +108,28 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
     }
 }
 
+/* Set by the SIGINT handler, read by the engine between samples. A signal
+ * handler can only reach static storage: this is the one such variable. */
+static volatile sig_atomic_t interrupt_requested;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupt_requested = 1;
+}
+
+/* Ctrl-C once: stop and keep what was measured; twice: the default action
+ * (SA_RESETHAND), for a run stuck where the engine does not look. */
+static void catch_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+}
+
 /* Append ops unless a backend of that name is already listed (rows are told
  * apart by backend name, so two of one name would be ambiguous). */
 static int add_unique(const fp4_backend_ops **list, int *n, const fp4_backend_ops *ops)
@@ -106,25 +141,33 @@ static int add_unique(const fp4_backend_ops **list, int *n, const fp4_backend_op
     return 0;
 }
 
-/* Add the comma-separated backend names to list. */
-static void add_backends(const cli_args *a, const char *names, const fp4_backend_ops **list,
-                         int *n)
+/* Add the comma-separated backend names to list: compiled-in backends, or
+ * those of the loaded plugins. */
+static void add_backends(const cli_args *a, const char *names, const fp4_backend_ops *const *plugins,
+                         int nplugins, const fp4_backend_ops **list, int *n)
 {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", names);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (strcmp(t, "all") == 0) {
             for (int i = 0; i < fp4_backend_count(); i++) add_unique(list, n, fp4_backend_at(i));
+            for (int i = 0; i < nplugins; i++) add_unique(list, n, plugins[i]);
             continue;
         }
         const fp4_backend_ops *ops = fp4_backend_find(t);
+        for (int i = 0; !ops && i < nplugins; i++)
+            if (strcmp(plugins[i]->name, t) == 0) ops = plugins[i];
         if (!ops) {
-            char known[256] = "";
-            for (int i = 0; i < fp4_backend_count(); i++) {
-                strncat(known, fp4_backend_at(i)->name, sizeof known - strlen(known) - 1);
-                strncat(known, i + 1 < fp4_backend_count() ? ", " : "", sizeof known - strlen(known) - 1);
+            char known[512] = "";
+            for (int i = 0; i < fp4_backend_count() + nplugins; i++) {
+                const char *name = i < fp4_backend_count() ? fp4_backend_at(i)->name
+                                                           : plugins[i - fp4_backend_count()]->name;
+                strncat(known, name, sizeof known - strlen(known) - 1);
+                strncat(known, i + 1 < fp4_backend_count() + nplugins ? ", " : "",
+                        sizeof known - strlen(known) - 1);
             }
-            cli_usage_error(a, "--backend: unknown backend '%s' (known: %s)", t, known);
+            cli_usage_error(a, "--backend: unknown backend '%s' (known: %s; a plugin's backend "
+                            "needs its --plugin FILE.so)", t, known);
         }
         add_unique(list, n, ops);
     }
@@ -180,6 +223,7 @@ int cmd_run(int argc, char **argv, int default_suite)
     fp4_case_list cases = {0};
     const fp4_backend_ops *backends[MAX_BACKENDS];
     void *plugin_handles[MAX_PLUGINS];
+    const fp4_backend_ops *plugin_ops[MAX_PLUGINS];
     int nbackends = 0, nplugins = 0, max_time_given = 0, no_ceilings = 0, quiet = 0;
     const char *v, *csv_path = NULL, *backend_arg = NULL, *json_arg = NULL;
     int verbose = 0;
@@ -205,15 +249,26 @@ int cmd_run(int argc, char **argv, int default_suite)
         } else if (cli_value(&a, "--spec", &v)) {
             if (fp4_cases_from_spec(&cases, v, &err) != FP4_OK) cli_die(a.cmd, &err);
         } else if (cli_value(&a, "--backend", &v)) {
-            backend_arg = v;
-            add_backends(&a, v, backends, &nbackends);
+            if (backend_arg) cli_usage_error(&a, "--backend given twice: list them in one, a,b,c");
+            backend_arg = v; /* resolved once every --plugin is loaded */
         } else if (cli_value(&a, "--plugin", &v)) {
             const fp4_backend_ops *ops;
             if (nplugins == MAX_PLUGINS) cli_usage_error(&a, "--plugin: at most %d plugins", MAX_PLUGINS);
             if (fp4_backend_load(v, &ops, &plugin_handles[nplugins], &err) != FP4_OK) cli_die(a.cmd, &err);
-            nplugins++;
-            if (add_unique(backends, &nbackends, ops) != 0)
-                cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", ops->name);
+            if (fp4_backend_find(ops->name))
+                cli_usage_error(&a, "--plugin: its backend '%s' has the name of a built-in one", ops->name);
+            for (int i = 0; i < nplugins; i++)
+                if (strcmp(plugin_ops[i]->name, ops->name) == 0)
+                    cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", ops->name);
+            plugin_ops[nplugins++] = ops;
+        } else if (cli_value(&a, "--baseline-tuning", &v)) {
+            if (strcmp(v, "on") == 0) set.baseline_tuning = 1;
+            else if (strcmp(v, "off") == 0) set.baseline_tuning = 0;
+            else cli_usage_error(&a, "--baseline-tuning: 'on' or 'off', not '%s'", v);
+        } else if (cli_value(&a, "--min-batch", &v)) {
+            set.min_batch = (int)cli_int(&a, "--min-batch", v);
+            if (set.min_batch < 1 || set.min_batch > 65536)
+                cli_usage_error(&a, "--min-batch must be in 1..65536");
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);
         } else if (cli_value(&a, "--json", &v)) {
@@ -224,7 +279,7 @@ int cmd_run(int argc, char **argv, int default_suite)
             set.seed = (uint64_t)cli_int(&a, "--seed", v);
         } else if (cli_value(&a, "--data", &v)) {
             if (fp4_data_kind_parse(v, &set.data) != 0)
-                cli_usage_error(&a, "--data: unknown kind '%s' (gaussian, codes, outliers)", v);
+                cli_usage_error(&a, "--data: unknown kind '%s' (gaussian, codes, outliers, wide)", v);
         } else if (cli_flag(&a, "--hot")) {
             set.hot = 1;
         } else if (cli_flag(&a, "--no-graphs")) {
@@ -273,13 +328,17 @@ int cmd_run(int argc, char **argv, int default_suite)
     fp4_device_describe(&probe);
     if (!probe.present && !max_time_given) set.stop.max_time_s = 3;
     set.measure_ceilings = !no_ceilings && probe.present && !set.verify_only;
-    if (!backend_arg) { /* the defaults, beside any --plugin */
+    if (backend_arg) {
+        add_backends(&a, backend_arg, plugin_ops, nplugins, backends, &nbackends);
+    } else { /* the defaults */
         for (int i = 0; i < fp4_backend_count() && nbackends < MAX_BACKENDS; i++) {
             const fp4_backend_ops *ops = fp4_backend_at(i);
             int gpu = (ops->flags & FP4_BACKEND_GPU) != 0;
             if (probe.present ? gpu : !gpu) backends[nbackends++] = ops;
         }
     }
+    /* a loaded plugin always runs, named in --backend or not */
+    for (int i = 0; i < nplugins; i++) add_unique(backends, &nbackends, plugin_ops[i]);
     if (!set.baseline[0]) {
         for (int i = 0; i < nbackends; i++)
             if (strcmp(backends[i]->name, "cublas-bf16") == 0)
@@ -294,6 +353,8 @@ int cmd_run(int argc, char **argv, int default_suite)
                 cli_usage_error(&a, "--baseline '%s' is not a GEMM: no ratio against it means anything",
                                 set.baseline);
     }
+    interrupt_requested = 0;
+    set.interrupt = &interrupt_requested;
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
 
     snprintf(report.version, sizeof report.version, "%s", FP4_VERSION);
@@ -305,6 +366,10 @@ int cmd_run(int argc, char **argv, int default_suite)
     snprintf(report.command, sizeof report.command, "fp4bench%s", default_suite ? "" : " run");
     for (int i = 1; i < argc; i++) {
         size_t len = strlen(report.command);
+        if (len + 1 + strlen(argv[i]) + 4 >= sizeof report.command) { /* say it was cut */
+            snprintf(report.command + len, sizeof report.command - len, " ...");
+            break;
+        }
         snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
     }
 
@@ -332,9 +397,20 @@ int cmd_run(int argc, char **argv, int default_suite)
     if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
         cli_die(a.cmd, &err);
 
+    catch_sigint();
     for (int i = 0; i < cases.count; i++) {
-        if (fp4_engine_run_case(engine, &cases.items[i], i, backends, nbackends, &report, on_row,
-                                &ctx, &err) != FP4_OK) {
+        fp4_status cst = fp4_engine_run_case(engine, &cases.items[i], i, backends, nbackends,
+                                             &report, on_row, &ctx, &err);
+        if (cst == FP4_ERR_INTERRUPTED) {
+            report.interrupted = 1;
+            if (ctx.progress) fputs("\r\033[K", stderr);
+            fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
+            if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+                fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
+            rc = EXIT_INTERRUPTED;
+            break;
+        }
+        if (cst != FP4_OK) {
             if (ctx.progress) fputc('\n', stderr);
             fprintf(stderr, "%s: error: case %s %lldx%lldx%lld: %s\n", a.cmd, cases.items[i].label,
                     (long long)cases.items[i].shape.m, (long long)cases.items[i].shape.n,
@@ -349,6 +425,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
         if (rc == 0) rc = EXIT_RUNTIME;
     }
+    signal(SIGINT, SIG_DFL); /* the work is kept; from here Ctrl-C ends the program */
     for (int i = 0; i < report.nrows; i++)
         if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
     if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;

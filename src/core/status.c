@@ -24,6 +24,7 @@ const char *fp4_status_str(fp4_status s)
     case FP4_ERR_NOT_FOUND: return "not found";
     case FP4_ERR_INTERNAL: return "internal error";
     case FP4_ERR_TIMEOUT: return "timeout";
+    case FP4_ERR_INTERRUPTED: return "interrupted";
     case FP4_STATUS_COUNT: break;
     }
     return "unknown status";

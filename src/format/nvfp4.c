@@ -309,6 +309,16 @@ fp4_status fp4_dequantize_f32(const fp4_matrix *m, float *out, fp4_err *err)
     return FP4_OK;
 }
 
+fp4_status fp4_dequantize_bf16(const fp4_matrix *m, uint16_t *out, fp4_err *err)
+{
+    if (!m || !out || !m->codes || !m->scales)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "dequantize: NULL argument");
+    for (int64_t r = 0; r < m->rows; r++)
+        for (int64_t c = 0; c < m->cols; c++)
+            out[r * m->cols + c] = fp4_bf16_from_float(fp4_matrix_get(m, r, c) * m->global_scale);
+    return FP4_OK;
+}
+
 /* ---- swizzled scales ------------------------------------------------------- */
 
 int64_t fp4_swizzled_rows(int64_t rows)

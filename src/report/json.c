@@ -182,6 +182,17 @@ static void w_ceilings(jw *w, cJSON *root, const fp4_ceilings *c)
     w_num(w, o, "fp8_sustained_tflops", c->fp8_sustained_tflops);
     w_num(w, o, "light_ratio", c->light_ratio);
     w_num(w, o, "cpu_gflops", c->cpu_gflops);
+    if (c->l2.measured) {
+        cJSON *l = w_obj(w, o, "l2_check");
+        w_bool(w, l, "cold", c->l2.cold);
+        w_num(w, l, "buffer_bytes", c->l2.buffer_bytes);
+        w_num(w, l, "rotation_bytes", c->l2.rotation_bytes);
+        w_num(w, l, "hot_gbps", c->l2.hot_gbps);
+        w_num(w, l, "rotated_gbps", c->l2.rotated_gbps);
+        w_num(w, l, "flushed_gbps", c->l2.flushed_gbps);
+    } else {
+        w_item(w, o, "l2_check", cJSON_CreateNull());
+    }
 }
 
 static void w_settings(jw *w, cJSON *root, const fp4_settings *s)
@@ -204,6 +215,8 @@ static void w_settings(jw *w, cJSON *root, const fp4_settings *s)
     w_bool(w, o, "verify_only", s->verify_only);
     w_bool(w, o, "time_reference", s->time_reference);
     w_u64(w, o, "order_seed", (unsigned long long)s->order_seed);
+    w_bool(w, o, "baseline_tuning", s->baseline_tuning);
+    w_num(w, o, "min_batch", s->min_batch);
 }
 
 /* One row object appended to the rows array. Samples go in only when
@@ -235,6 +248,10 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
     w_num(w, o, "copies", x->copies);
     w_num(w, o, "batch", x->batch);
     w_num(w, o, "rotation_bytes", x->rotation_bytes);
+    w_num(w, o, "verified_copies", x->verified_copies);
+    if (x->own_err >= 0) w_num(w, o, "own_err", x->own_err);
+    else w_item(w, o, "own_err", cJSON_CreateNull());
+    w_bool(w, o, "interrupted", x->interrupted);
     w_stats(w, o, "time_us", &x->t, 0);
     w_stats(w, o, "launch_us", &x->t_launch, 1);
     w_bool(w, o, "timed_out", x->timed_out);
@@ -263,6 +280,10 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
         w_num(w, t, "temp_c", x->tel.temp_c);
         w_u64(w, t, "throttle_reasons", x->tel.throttle_reasons);
         w_num(w, t, "low_clock_samples", x->tel.low_clock_samples);
+        w_num(w, t, "samples", x->tel.samples);
+        w_num(w, t, "power_cap_samples", x->tel.power_cap_samples);
+        w_num(w, t, "thermal_samples", x->tel.thermal_samples);
+        w_num(w, t, "hw_slowdown_samples", x->tel.hw_slowdown_samples);
     } else {
         w_item(w, o, "telemetry", cJSON_CreateNull());
     }
@@ -294,6 +315,7 @@ static cJSON *build_tree(const fp4_report *r)
     W_STR(&w, root, "started", r->started);
     W_STR(&w, root, "host", r->host);
     W_STR(&w, root, "command", r->command);
+    w_bool(&w, root, "interrupted", r->interrupted);
     w_device(&w, root, &r->dev);
     w_ceilings(&w, root, &r->ceil);
     w_settings(&w, root, &r->set);
@@ -602,6 +624,20 @@ static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
     TRY(r_num(c, o, w, "fp8_sustained_tflops", 0, &ce->fp8_sustained_tflops));
     TRY(r_num(c, o, w, "light_ratio", 0, &ce->light_ratio));
     TRY(r_num(c, o, w, "cpu_gflops", 0, &ce->cpu_gflops));
+    {
+        const cJSON *l;
+        const char *wl = "ceilings.l2_check";
+        TRY(r_obj(c, o, w, "l2_check", 0, 1, &l));
+        if (l) {
+            ce->l2.measured = 1;
+            TRY(r_flag(c, l, wl, "cold", 0, &ce->l2.cold));
+            TRY(r_num(c, l, wl, "buffer_bytes", 0, &ce->l2.buffer_bytes));
+            TRY(r_num(c, l, wl, "rotation_bytes", 0, &ce->l2.rotation_bytes));
+            TRY(r_num(c, l, wl, "hot_gbps", 0, &ce->l2.hot_gbps));
+            TRY(r_num(c, l, wl, "rotated_gbps", 0, &ce->l2.rotated_gbps));
+            TRY(r_num(c, l, wl, "flushed_gbps", 0, &ce->l2.flushed_gbps));
+        }
+    }
 out:
     return st;
 }
@@ -639,6 +675,8 @@ static fp4_status r_settings(jr *c, const cJSON *root, fp4_settings *s)
     seed = 0;
     TRY(r_u64(c, o, w, "order_seed", 0, &seed));
     s->order_seed = (uint64_t)seed;
+    TRY(r_flag(c, o, w, "baseline_tuning", 0, &s->baseline_tuning));
+    TRY(r_int(c, o, w, "min_batch", 0, &s->min_batch));
 out:
     return st;
 }
@@ -677,6 +715,11 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
     TRY(r_int(c, o, w, "copies", 0, &x->copies));
     TRY(r_int(c, o, w, "batch", 0, &x->batch));
     TRY(r_num(c, o, w, "rotation_bytes", 0, &x->rotation_bytes));
+    TRY(r_int(c, o, w, "verified_copies", 0, &x->verified_copies));
+    x->own_err = -1;
+    TRY(r_num(c, o, w, "own_err", 0, &x->own_err)); /* null: n/a */
+    if (isnan(x->own_err)) x->own_err = -1;
+    TRY(r_flag(c, o, w, "interrupted", 0, &x->interrupted));
 
     TRY(r_obj(c, o, w, "time_us", 1, 0, &t));
     snprintf(sub, sizeof sub, "%s.time_us", w);
@@ -717,6 +760,10 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
         TRY(r_num(c, t, sub, "temp_c", 0, &x->tel.temp_c));
         TRY(r_u64(c, t, sub, "throttle_reasons", 0, &x->tel.throttle_reasons));
         TRY(r_int(c, t, sub, "low_clock_samples", 0, &x->tel.low_clock_samples));
+        TRY(r_int(c, t, sub, "samples", 0, &x->tel.samples));
+        TRY(r_int(c, t, sub, "power_cap_samples", 0, &x->tel.power_cap_samples));
+        TRY(r_int(c, t, sub, "thermal_samples", 0, &x->tel.thermal_samples));
+        TRY(r_int(c, t, sub, "hw_slowdown_samples", 0, &x->tel.hw_slowdown_samples));
     }
 
     a = cJSON_GetObjectItemCaseSensitive(o, "samples_us");
@@ -868,6 +915,7 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
     TRY(R_STR(&c, root, "", "started", 0, r->started));
     TRY(R_STR(&c, root, "", "host", 0, r->host));
     TRY(R_STR(&c, root, "", "command", 0, r->command));
+    TRY(r_flag(&c, root, "", "interrupted", 0, &r->interrupted));
     TRY(r_device(&c, root, &r->dev));
     TRY(r_ceilings(&c, root, &r->ceil));
     TRY(r_settings(&c, root, &r->set));

@@ -32,6 +32,7 @@ typedef struct table_layout {
     int width[NCOL];
     char ratio_title[FP4_NAME_LEN + 8];
     int any_timeout, any_low_clock, any_ratio, any_verified, any_launch;
+    int any_warm, any_power, any_thermal, any_interrupted;
 } table_layout;
 
 /* A time in us with about 4 significant digits; "-" when not finite. */
@@ -135,8 +136,13 @@ static void make_cells(const fp4_row *w, const char *baseline, int verbose, row_
     else if (w->verified == 1) snprintf(rc->c[C_VERIFIED], CELL_LEN, "ok");
     else snprintf(rc->c[C_VERIFIED], CELL_LEN, "no");
 
-    snprintf(rc->c[C_FLAGS], CELL_LEN, "%s%s", w->timed_out ? "T" : "",
-             (w->tel.valid && w->tel.low_clock_samples > 0) ? "C" : "");
+    snprintf(rc->c[C_FLAGS], CELL_LEN, "%s%s%s%s%s%s", w->timed_out ? "T" : "",
+             (w->tel.valid && w->tel.low_clock_samples > 0) ? "C" : "",
+             strcmp(w->l2, "warm") == 0 ? "W" : "",
+             (w->tel.valid && w->tel.power_cap_samples > 0) ? "P" : "",
+             (w->tel.valid && (w->tel.thermal_samples > 0 || w->tel.hw_slowdown_samples > 0)) ? "H"
+                                                                                               : "",
+             w->interrupted ? "I" : "");
 }
 
 /* Decide the shown columns and their widths from every row (pass 1). */
@@ -163,10 +169,16 @@ static void layout_table(const fp4_report *r, int verbose, table_layout *L)
             L->any_ratio |= w->has_ratio != 0;
             L->any_verified |= w->verified == 1;
             L->any_launch |= w->t_launch.count > 0;
+            L->any_warm |= strcmp(w->l2, "warm") == 0;
+            L->any_power |= w->tel.valid && w->tel.power_cap_samples > 0;
+            L->any_thermal |= w->tel.valid &&
+                              (w->tel.thermal_samples > 0 || w->tel.hw_slowdown_samples > 0);
+            L->any_interrupted |= w->interrupted != 0;
         }
     }
     L->show[C_RATIO] = r->set.baseline[0] != '\0' || L->any_ratio;
-    L->show[C_FLAGS] = L->any_timeout || L->any_low_clock;
+    L->show[C_FLAGS] = L->any_timeout || L->any_low_clock || L->any_warm || L->any_power ||
+                       L->any_thermal || L->any_interrupted;
     /* plain-launch time (launch gaps included) only when it was measured */
     L->show[C_LAUNCH] = L->any_launch;
 }
@@ -284,6 +296,12 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
         fprintf(f, "; datasheet bf16 %s, fp8 %s TFLOP/s, %s GB/s", b1, b2, b3);
     }
     fputc('\n', f);
+    if (ce->l2.measured)
+        fprintf(f, "L2 check: a %.0f MiB read hot %.0f GB/s, rotated over %.0f MiB %.0f GB/s, after "
+                   "a flush %.0f GB/s: rotation %s\n",
+                ce->l2.buffer_bytes / 1048576.0, ce->l2.hot_gbps, ce->l2.rotation_bytes / 1048576.0,
+                ce->l2.rotated_gbps, ce->l2.flushed_gbps,
+                ce->l2.cold ? "cold (at the flushed rate)" : "NOT cold (faster than after a flush)");
 
     fprintf(f, "settings: data %s, L2 %s, timing %s%s, warmup %.0f ms, noise target %.2g%%, "
                "min %d samples, min time %.3g s, max time %.3g s, seed %llu",
@@ -293,6 +311,9 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
             100.0 * s->stop.noise_target, s->stop.min_samples, s->stop.min_time_s,
             s->stop.max_time_s, (unsigned long long)s->seed);
     if (s->baseline[0]) fprintf(f, ", baseline %s", s->baseline);
+    if (d->present)
+        fprintf(f, ", baseline tuning %s, min batch %d", s->baseline_tuning ? "on" : "off",
+                s->min_batch);
     if (s->verify_only) fputs(", verify only", f);
     if (!s->verify_only)
         fprintf(f, ", round order shuffled (seed %llu)%s", (unsigned long long)s->order_seed,
@@ -347,4 +368,13 @@ void fp4_report_print_table_verbose(FILE *f, const fp4_report *r, int verbose)
         fputs("flag T: timed out before reaching the noise target (time limit)\n", f);
     if (L.any_low_clock)
         fputs("flag C: some samples ran with the SM clock under 90% of the warm-up clock\n", f);
+    if (L.any_warm)
+        fputs("flag W: warm L2: the operand copies span less than 3x L2 (copy or memory limit)\n", f);
+    if (L.any_power)
+        fputs("flag P: NVML reported the power cap holding the clock back during samples\n", f);
+    if (L.any_thermal)
+        fputs("flag H: NVML reported a thermal limit or hardware slowdown during samples\n", f);
+    if (L.any_interrupted)
+        fputs("flag I: timing interrupted (Ctrl-C): statistics of the samples taken\n", f);
+    if (r->interrupted) fputs("interrupted: the run was stopped; later cases were not measured\n", f);
 }
