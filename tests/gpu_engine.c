@@ -220,7 +220,8 @@ static void test_faults_and_pairs(void)
     printf("coldness check: hot %.0f, rotated %.0f, flushed %.0f GB/s\n", rep.ceil.l2.hot_gbps,
            rep.ceil.l2.rotated_gbps, rep.ceil.l2.flushed_gbps);
     const fp4_backend_ops *list[] = {&fake_a, &fake_b, &fake_ignores, &fake_nothing, &fake_badpoison};
-    const fp4_case c = {{64, 256, 512}, "fakes"};
+    /* big enough that its copies span 3x L2 within 1024 copies */
+    const fp4_case c = {{128, 512, 1024}, "fakes"};
     CHECK(fp4_engine_run_case(e, &c, 0, list, 5, &rep, NULL, NULL, &err) == FP4_OK);
     const fp4_row *a = row_of(&rep, "fake-a"), *b = row_of(&rep, "fake-b");
     const fp4_row *ign = row_of(&rep, "fake-ignores-copy"), *not = row_of(&rep, "fake-writes-nothing");

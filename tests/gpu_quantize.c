@@ -198,10 +198,16 @@ static void test_backend(const fp4_backend_ops *ops, void *inst, int64_t m, int6
     char what[128];
     snprintf(what, sizeof what, "%s %lldx%lldx%lld", ops->name, (long long)m, (long long)n,
              (long long)k);
-    /* as the engine does: bf16 activations, A the CPU quantizer's output of
-     * them, and for odd copies the CPU quantizer's output of -x */
-    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, m, k, 11 + (uint64_t)(m * 131 + k), &x, &a, &err) ==
-          FP4_OK);
+    /* as the engine does: bf16 activations x, A the CPU quantizer's output of
+     * x with the static scale 1 / global_scale (the dynamic scale it was made
+     * with rounds differently in rare elements), and for odd copies its
+     * output of -x */
+    fp4_matrix a_dyn;
+    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, m, k, 11 + (uint64_t)(m * 131 + k), &x, &a_dyn,
+                               &err) == FP4_OK);
+    CHECK(fp4_quantize_bf16(x, m, k, 1.0f / a_dyn.global_scale, &a, &err) == FP4_OK);
+    a.global_scale = a_dyn.global_scale;
+    fp4_matrix_free(&a_dyn);
     CHECK(fp4_make_operand(FP4_DATA_GAUSSIAN, n, k, 13 + (uint64_t)(n * 137 + k), &b, &err) == FP4_OK);
     x_neg = malloc((size_t)m * (size_t)k * 2);
     CHECK(x && x_neg);
@@ -281,7 +287,11 @@ static void test_disagreement_fails(const fp4_backend_ops *ops, void *inst)
     fp4_err err;
     fp4_matrix a, b;
     uint16_t *x = NULL;
-    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, 17, 48, 5, &x, &a, &err) == FP4_OK);
+    fp4_matrix a_dyn;
+    CHECK(fp4_make_activations(FP4_DATA_GAUSSIAN, 17, 48, 5, &x, &a_dyn, &err) == FP4_OK);
+    CHECK(fp4_quantize_bf16(x, 17, 48, 1.0f / a_dyn.global_scale, &a, &err) == FP4_OK);
+    a.global_scale = a_dyn.global_scale;
+    fp4_matrix_free(&a_dyn);
     CHECK(fp4_make_operand(FP4_DATA_GAUSSIAN, 8, 48, 6, &b, &err) == FP4_OK);
     fp4_gemm_problem pr = {.shape = {17, 8, 48}, .a = &a, .b = &b, .alpha = a.global_scale * b.global_scale};
     void *plan = NULL;

@@ -148,7 +148,31 @@ extern "C" fp4_status fp4_gpu_l2_flush(const void *buf, size_t bytes, unsigned *
 
 /* ---- the coldness check ------------------------------------------------------------------ */
 
-#define L2_CHECK_READS 20
+#define L2_CHECK_BUFFERS 13 /* quarters of L2: the rotation spans 3.25x L2 */
+#define L2_CHECK_READS 16   /* buffer reads in one timed kernel */
+#define L2_CHECK_REPS 9     /* timed kernels per mode; the median is kept */
+
+typedef struct l2_read_list {
+    const uint4 *buf[L2_CHECK_READS];
+    int count;
+} l2_read_list;
+
+/* Reads the listed buffers one after the other (all blocks on buffer i, then
+ * on i+1, ...): one kernel holds many reads, so the launch and the events
+ * weigh little beside them. */
+__global__ static void l2_read_list_kernel(l2_read_list list, size_t n, unsigned *out)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (int b = 0; b < list.count; b++) {
+        const uint4 *src = list.buf[b];
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+            const uint4 a = src[i];
+            acc ^= a.x ^ a.y ^ a.z ^ a.w;
+        }
+    }
+    if (acc == 0x9E3779B9u) out[blockIdx.x] = acc;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -156,19 +180,19 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One timed read of buf (GB/s), the stream idle before and after. */
-static fp4_status timed_read(const void *buf, size_t bytes, unsigned *sink, int grid,
-                             cudaStream_t stream, cudaEvent_t ev0, cudaEvent_t ev1, double *gbps,
-                             fp4_err *err)
+/* One timed kernel over the list (GB/s); the stream idle before and after. */
+static fp4_status timed_reads(const l2_read_list *list, size_t bytes, unsigned *sink, int grid,
+                              cudaStream_t stream, cudaEvent_t ev0, cudaEvent_t ev1, double *gbps,
+                              fp4_err *err)
 {
     float ms = 0;
     FP4_CUDA_TRY(err, cudaEventRecord(ev0, stream));
-    fp4_status st = l2_read(buf, bytes, sink, grid, stream, err);
-    if (st != FP4_OK) return st;
+    l2_read_list_kernel<<<grid, 512, 0, stream>>>(*list, bytes / 16, sink);
+    FP4_CUDA_LAUNCH_TRY(err);
     FP4_CUDA_TRY(err, cudaEventRecord(ev1, stream));
     FP4_CUDA_TRY(err, cudaEventSynchronize(ev1));
     FP4_CUDA_TRY(err, cudaEventElapsedTime(&ms, ev0, ev1));
-    *gbps = ms > 0 ? (double)bytes / (ms * 1e-3) / 1e9 : 0;
+    *gbps = ms > 0 ? (double)bytes * list->count / (ms * 1e-3) / 1e9 : 0;
     return FP4_OK;
 }
 
@@ -178,41 +202,54 @@ extern "C" fp4_status fp4_gpu_l2_check(double l2_bytes, cudaStream_t stream,
     memset(out, 0, sizeof *out);
     if (!(l2_bytes > 0)) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "the L2 size is unknown");
     const size_t buf_bytes = ((size_t)(l2_bytes / 4) + 15) / 16 * 16;
-    const int nbuf = 13; /* 13 quarters: 3.25x L2 */
     const int grid = read_grid();
     char *pool = NULL;
     unsigned *sink = NULL;
     cudaEvent_t ev0 = NULL, ev1 = NULL;
-    double hot[L2_CHECK_READS], rotated[L2_CHECK_READS * 2], flushed[L2_CHECK_READS];
-    fp4_status st = fp4_gpu_alloc((void **)&pool, buf_bytes * nbuf, "the coldness check's buffers", err);
+    double hot[L2_CHECK_REPS], rotated[L2_CHECK_REPS], flushed[L2_CHECK_REPS];
+    l2_read_list list;
+    int next = 0; /* the rotation's next buffer */
+    fp4_status st = fp4_gpu_alloc((void **)&pool, buf_bytes * L2_CHECK_BUFFERS,
+                                  "the coldness check's buffers", err);
     if (st == FP4_OK) st = fp4_gpu_alloc((void **)&sink, (size_t)grid * sizeof(unsigned), "sink", err);
     if (st != FP4_OK) goto out;
-    FP4_CUDA_GOTO(err, st, cudaMemsetAsync(pool, 0x5A, buf_bytes * nbuf, stream), out);
+    FP4_CUDA_GOTO(err, st, cudaMemsetAsync(pool, 0x5A, buf_bytes * L2_CHECK_BUFFERS, stream), out);
     FP4_CUDA_GOTO(err, st, cudaEventCreate(&ev0), out);
     FP4_CUDA_GOTO(err, st, cudaEventCreate(&ev1), out);
-    /* hot: the same buffer again and again, after one warming read */
-    if ((st = l2_read(pool, buf_bytes, sink, grid, stream, err)) != FP4_OK) goto out;
-    for (int i = 0; i < L2_CHECK_READS && st == FP4_OK; i++)
-        st = timed_read(pool, buf_bytes, sink, grid, stream, ev0, ev1, &hot[i], err);
-    /* rotated: each read the next of nbuf buffers, as rows cycle their copies */
-    for (int i = 0; i < L2_CHECK_READS * 2 && st == FP4_OK; i++)
-        st = timed_read(pool + (size_t)((i + 1) % nbuf) * buf_bytes, buf_bytes, sink, grid, stream,
-                        ev0, ev1, &rotated[i], err);
-    /* flushed: read the 12 other buffers (3x L2) first, then buffer 0 */
-    for (int i = 0; i < L2_CHECK_READS && st == FP4_OK; i++) {
-        if ((st = l2_read(pool + buf_bytes, buf_bytes * (nbuf - 1), sink, grid, stream, err)) != FP4_OK)
+    for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++) {
+        /* hot: buffer 0 again and again (read once before, untimed) */
+        list.count = 1;
+        list.buf[0] = (const uint4 *)pool;
+        if ((st = l2_read(pool, buf_bytes, sink, grid, stream, err)) != FP4_OK) break;
+        list.count = L2_CHECK_READS;
+        for (int i = 0; i < L2_CHECK_READS; i++) list.buf[i] = (const uint4 *)pool;
+        if ((st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &hot[r], err)) != FP4_OK)
             break;
-        st = timed_read(pool, buf_bytes, sink, grid, stream, ev0, ev1, &flushed[i], err);
+        /* rotated: each read the next of the buffers, as rows cycle their copies */
+        for (int i = 0; i < L2_CHECK_READS; i++) {
+            list.buf[i] = (const uint4 *)(pool + (size_t)next * buf_bytes);
+            next = (next + 1) % L2_CHECK_BUFFERS;
+        }
+        if ((st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &rotated[r], err)) !=
+            FP4_OK)
+            break;
+        /* flushed: read buffers 4..12 (2.25x L2), then 0..3 once each */
+        if ((st = l2_read(pool + 4 * buf_bytes, buf_bytes * (L2_CHECK_BUFFERS - 4), sink, grid,
+                          stream, err)) != FP4_OK)
+            break;
+        list.count = 4;
+        for (int i = 0; i < 4; i++) list.buf[i] = (const uint4 *)(pool + (size_t)i * buf_bytes);
+        st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &flushed[r], err);
     }
     if (st != FP4_OK) goto out;
-    qsort(hot, L2_CHECK_READS, sizeof hot[0], cmp_double);
-    qsort(rotated, L2_CHECK_READS * 2, sizeof rotated[0], cmp_double);
-    qsort(flushed, L2_CHECK_READS, sizeof flushed[0], cmp_double);
+    qsort(hot, L2_CHECK_REPS, sizeof hot[0], cmp_double);
+    qsort(rotated, L2_CHECK_REPS, sizeof rotated[0], cmp_double);
+    qsort(flushed, L2_CHECK_REPS, sizeof flushed[0], cmp_double);
     out->buffer_bytes = (double)buf_bytes;
-    out->rotation_bytes = (double)buf_bytes * nbuf;
-    out->hot_gbps = hot[L2_CHECK_READS / 2];
-    out->rotated_gbps = rotated[L2_CHECK_READS];
-    out->flushed_gbps = flushed[L2_CHECK_READS / 2];
+    out->rotation_bytes = (double)buf_bytes * L2_CHECK_BUFFERS;
+    out->hot_gbps = hot[L2_CHECK_REPS / 2];
+    out->rotated_gbps = rotated[L2_CHECK_REPS / 2];
+    out->flushed_gbps = flushed[L2_CHECK_REPS / 2];
 out:
     if (ev0) FP4_CUDA_CLEANUP(warn, cudaEventDestroy(ev0));
     if (ev1) FP4_CUDA_CLEANUP(warn, cudaEventDestroy(ev1));
