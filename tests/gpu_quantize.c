@@ -159,7 +159,7 @@ static size_t count_diff_f32(const float *d, const float *r, size_t n, double *m
     *nans = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(d[i])) (*nans)++;
-        diff += memcmp(&d[i], &r[i], 4) != 0;
+        diff += !(d[i] == r[i]); /* NaN differs; -0 and +0 do not (odd copies negate) */
         const double e = fabs((double)d[i] - (double)r[i]);
         me = e > me || isnan(e) ? e : me;
         mr = fabs((double)r[i]) > mr ? fabs((double)r[i]) : mr;

@@ -983,17 +983,20 @@ static double device_used_bytes(const fp4_engine *e)
 /* prepare() with enough copies that the memory they take spans >= 3x L2.
  * The copies start from the least any GEMM must move per call (NVFP4
  * operands, bf16 D) and grow from what prepare() is measured to allocate per
- * copy (at most three prepares): neither a backend's own account of its
- * bytes nor a guess decides how cold its rows are. */
+ * copy (at most three prepares; from the second, the memory one more copy
+ * adds, so that buffers shared by every copy do not count as rotated):
+ * neither a backend's own account of its bytes nor a guess decides how cold
+ * its rows are. */
 static fp4_status prepare_slot(fp4_engine *e, slot *s, void *inst, fp4_err *err)
 {
     const fp4_shape *sh = &s->prob->shape;
-    const double l2x3 = 3.0 * e->dev.l2_bytes;
-    int copies = s->gpu ? copies_for(e, fp4_gemm_min_bytes(sh->m, sh->n, sh->k)) : 1;
-    fp4_status st = FP4_OK;
-    for (int attempt = 0; attempt < 3; attempt++) {
+    const double l2x3 = 3.0 * e->dev.l2_bytes, least = fp4_gemm_min_bytes(sh->m, sh->n, sh->k);
+    int copies = s->gpu ? copies_for(e, least) : 1, prev_copies = 0;
+    double prev_alloc = 0;
+    for (int attempt = 0;; attempt++) {
         const double used0 = device_used_bytes(e);
         double t0 = now_s();
+        fp4_status st;
         s->plan = NULL;
         st = s->ops->prepare(inst, s->prob, copies, &s->plan, err);
         if (st != FP4_OK) s->plan = NULL; /* a failed prepare owns nothing */
@@ -1012,15 +1015,19 @@ static fp4_status prepare_slot(fp4_engine *e, slot *s, void *inst, fp4_err *err)
         const double alloc = device_used_bytes(e) - used0;
         /* nothing measurable (a backend allocating ahead, in open()): the
          * least a GEMM moves stands in */
-        s->row.rotation_bytes = alloc > 0 ? alloc : copies * fp4_gemm_min_bytes(sh->m, sh->n, sh->k);
-        if (s->row.rotation_bytes >= l2x3 || !(alloc > 0)) return FP4_OK;
-        const int more = copies_for(e, alloc / copies);
+        s->row.rotation_bytes = alloc > 0 ? alloc : copies * least;
+        if (s->row.rotation_bytes >= l2x3 || !(alloc > 0) || attempt == 2) return FP4_OK;
+        double per_copy = alloc / copies;
+        if (prev_copies && copies > prev_copies && alloc > prev_alloc)
+            per_copy = (alloc - prev_alloc) / (copies - prev_copies);
+        const int more = copies_for(e, per_copy);
         if (more <= copies) return FP4_OK; /* at the copy or memory limit: "warm" */
         s->ops->release(s->plan);
         s->plan = NULL;
+        prev_copies = copies;
+        prev_alloc = alloc;
         copies = more;
     }
-    return st;
 }
 
 /* After timing: poison every copy, replay what was timed once (the captured

@@ -149,7 +149,7 @@ extern "C" fp4_status fp4_gpu_l2_flush(const void *buf, size_t bytes, unsigned *
 /* ---- the coldness check ------------------------------------------------------------------ */
 
 #define L2_CHECK_BUFFERS 13 /* quarters of L2: the rotation spans 3.25x L2 */
-#define L2_CHECK_READS 16   /* buffer reads in one timed kernel */
+#define L2_CHECK_READS 4    /* buffer reads in one timed kernel (a whole L2) */
 #define L2_CHECK_REPS 9     /* timed kernels per mode; the median is kept */
 
 typedef struct l2_read_list {
@@ -216,29 +216,31 @@ extern "C" fp4_status fp4_gpu_l2_check(double l2_bytes, cudaStream_t stream,
     FP4_CUDA_GOTO(err, st, cudaMemsetAsync(pool, 0x5A, buf_bytes * L2_CHECK_BUFFERS, stream), out);
     FP4_CUDA_GOTO(err, st, cudaEventCreate(&ev0), out);
     FP4_CUDA_GOTO(err, st, cudaEventCreate(&ev1), out);
+    /* hot: buffer 0 again and again (read once before, untimed) */
+    if ((st = l2_read(pool, buf_bytes, sink, grid, stream, err)) != FP4_OK) goto out;
+    list.count = L2_CHECK_READS;
+    for (int i = 0; i < L2_CHECK_READS; i++) list.buf[i] = (const uint4 *)pool;
+    for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++)
+        st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &hot[r], err);
+    /* rotated: each read the next of the buffers, as rows cycle their copies;
+     * from buffer 1, so that buffer 0 (hot just now) comes 12 reads later */
+    next = 1;
     for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++) {
-        /* hot: buffer 0 again and again (read once before, untimed) */
-        list.count = 1;
-        list.buf[0] = (const uint4 *)pool;
-        if ((st = l2_read(pool, buf_bytes, sink, grid, stream, err)) != FP4_OK) break;
-        list.count = L2_CHECK_READS;
-        for (int i = 0; i < L2_CHECK_READS; i++) list.buf[i] = (const uint4 *)pool;
-        if ((st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &hot[r], err)) != FP4_OK)
-            break;
-        /* rotated: each read the next of the buffers, as rows cycle their copies */
         for (int i = 0; i < L2_CHECK_READS; i++) {
             list.buf[i] = (const uint4 *)(pool + (size_t)next * buf_bytes);
             next = (next + 1) % L2_CHECK_BUFFERS;
         }
-        if ((st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &rotated[r], err)) !=
-            FP4_OK)
+        st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &rotated[r], err);
+    }
+    /* flushed: read buffers 4..12 (2.25x L2), then 0..3 once each; the
+     * same count of reads in every mode, so each kernel's fixed costs weigh
+     * alike */
+    for (int i = 0; i < L2_CHECK_READS; i++) list.buf[i] = (const uint4 *)(pool + (size_t)i * buf_bytes);
+    for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++) {
+        if ((st = l2_read(pool + L2_CHECK_READS * buf_bytes,
+                          buf_bytes * (L2_CHECK_BUFFERS - L2_CHECK_READS), sink, grid, stream,
+                          err)) != FP4_OK)
             break;
-        /* flushed: read buffers 4..12 (2.25x L2), then 0..3 once each */
-        if ((st = l2_read(pool + 4 * buf_bytes, buf_bytes * (L2_CHECK_BUFFERS - 4), sink, grid,
-                          stream, err)) != FP4_OK)
-            break;
-        list.count = 4;
-        for (int i = 0; i < 4; i++) list.buf[i] = (const uint4 *)(pool + (size_t)i * buf_bytes);
         st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &flushed[r], err);
     }
     if (st != FP4_OK) goto out;
