@@ -64,6 +64,57 @@ int fp4_report_compare_settings(FILE *f, const fp4_report *old_r, const fp4_repo
 int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
                             const fp4_compare_opts *opts, fp4_err *err);
 
+/* ---- the HTML report (src/report/html.c; docs/REPORT.md) ------------------------ */
+
+/* One step of a row's per-step breakdown (an MoE layer: routing, gate_up,
+ * down, ...), from the optional `steps` array of a JSON row:
+ * [{"name": "gate_up", "us": 12.5}, ...]. */
+typedef struct fp4_step {
+    char name[FP4_NAME_LEN];
+    double us; /* microseconds per call */
+} fp4_step;
+
+typedef struct fp4_row_steps {
+    fp4_step *steps; /* count entries, owned */
+    int count;
+} fp4_row_steps;
+
+/* A result file as the HTML report takes it: the report and each row's steps. */
+typedef struct fp4_report_run {
+    char name[256];       /* the file as the user named it (series names, messages) */
+    fp4_report report;
+    fp4_row_steps *steps; /* report.nrows entries; NULL when no row has steps */
+} fp4_report_run;
+
+/* Read a JSON result (fp4_report_read_json's rules) with its rows' `steps`:
+ * an absent or null `steps` is none; otherwise an array of objects, each with
+ * a string `name` (valid UTF-8, shorter than FP4_NAME_LEN bytes) and a finite
+ * number `us` >= 0 (FP4_ERR_FORMAT naming the field otherwise). run is
+ * overwritten; on failure it holds nothing and fp4_report_run_free stays
+ * safe. */
+fp4_status fp4_report_run_read(const char *path, fp4_report_run *run, fp4_err *err);
+/* The same from the len bytes of JSON text at text; name names the run. */
+fp4_status fp4_report_run_parse(const char *text, size_t len, const char *name,
+                                fp4_report_run *run, fp4_err *err);
+void fp4_report_run_free(fp4_report_run *run);
+
+/* One self-contained HTML document (inline SVG; no script, no style sheet,
+ * font or image fetched) on f: each run's machine and settings, latency vs M
+ * per (N, K), speedup vs the baseline with its CI, a roofline, the per-step
+ * breakdown of rows that have steps, and the tables with unsupported and
+ * FAILED rows and their reasons. Every string from the runs is escaped.
+ * Every run needs a row (FP4_ERR_FORMAT naming it otherwise); a write error
+ * on f is FP4_ERR_IO. */
+fp4_status fp4_report_write_html(FILE *f, const fp4_report_run *runs, int nruns, fp4_err *err);
+/* The same into path, atomically (path.tmp written, then renamed). */
+fp4_status fp4_report_write_html_file(const char *path, const fp4_report_run *runs, int nruns,
+                                      fp4_err *err);
+/* Each plot alone as an SVG document dir/NAME.svg (dir must exist): NAME is
+ * latency-n<N>-k<K> per panel, speedup, roofline and steps, for those that
+ * have data. *count (may be NULL) gets the number of files written. */
+fp4_status fp4_report_write_svgs(const char *dir, const fp4_report_run *runs, int nruns,
+                                 int *count, fp4_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fp4/io.h"
+#include "fp4/moe.h"
 
 fp4_status fp4_cases_add(fp4_case_list *l, int64_t m, int64_t n, int64_t k, const char *label,
                          fp4_err *err)
@@ -94,19 +95,6 @@ int64_t fp4_moe_tokens_per_expert(int64_t batch, int topk, int experts)
     return t < 1 ? 1 : t;
 }
 
-/* MoE models of CONTEXT.md section 6: per-expert weights are [N, K]. */
-typedef struct moe_model {
-    const char *name;
-    int hidden, inter, experts, topk;
-} moe_model;
-
-static const moe_model moe_models[] = {
-    {"glm5", 6144, 2048, 256, 8},        {"deepseek-v3", 7168, 2048, 256, 8},
-    {"kimi-k2", 7168, 2048, 384, 8},     {"qwen3-235b", 4096, 1536, 128, 8},
-    {"qwen3-30b", 2048, 768, 128, 8},    {"gpt-oss-120b", 2880, 2880, 128, 4},
-    {"llama4-maverick", 5120, 8192, 128, 1}, {"mixtral-8x7b", 4096, 14336, 8, 2},
-};
-
 static fp4_status preset_seed(fp4_case_list *l, fp4_err *err)
 {
     static const int64_t up_m[] = {16, 64, 256, 512, 1024}, attn_m[] = {16, 64, 256};
@@ -150,10 +138,10 @@ static fp4_status preset_models(fp4_case_list *l, fp4_err *err)
     static const int64_t batches[] = {512, 8192};
     fp4_status st = FP4_OK;
     char label[FP4_LABEL_LEN];
-    for (size_t i = 0; i < sizeof moe_models / sizeof moe_models[0] && st == FP4_OK; i++) {
-        const moe_model *md = &moe_models[i];
+    for (int i = 0; i < fp4_moe_preset_count() && st == FP4_OK; i++) {
+        const fp4_moe_preset *md = fp4_moe_preset_at(i);
         for (int b = 0; b < 2 && st == FP4_OK; b++) {
-            int64_t m = fp4_moe_tokens_per_expert(batches[b], md->topk, md->experts);
+            int64_t m = fp4_moe_tokens_per_expert(batches[b], md->top_k, md->experts);
             snprintf(label, sizeof label, "%s.gate_up.b%lld", md->name, (long long)batches[b]);
             st = fp4_cases_add(l, m, 2 * (int64_t)md->inter, md->hidden, label, err);
             if (st != FP4_OK) break;
