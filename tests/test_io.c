@@ -1,6 +1,7 @@
 /* Tests of include/fp4/io.h: .npy and .safetensors round trips, NVFP4
- * checkpoints, and bad files (truncated at every length, corrupted headers,
- * wrong dtypes and shapes) that must fail cleanly with the right status; the
+ * checkpoints (one layer of several, scales that are no scales), and bad
+ * files (truncated at every length, corrupted headers, wrong dtypes and
+ * shapes) that must fail cleanly with the right status; the
  * readers' limits (huge shape lists, deep nesting, names), UTF-8 checks, and
  * the spec-file limits of fp4/shapes.h (line length, labels, case count). */
 #include "fp4/io.h"
@@ -961,6 +962,281 @@ static void test_nvfp4(void)
     free(x);
 }
 
+/* ---- layers of a model's checkpoint ---------------------------------------------- */
+
+#define LAYER0 "model.layers.0.mlp.experts.3.down_proj"
+#define LAYER1 "model.layers.1.mlp.experts.7.gate_proj"
+
+/* Expect fp4_nvfp4_load_layer(path, prefix) to give status want, the message
+ * naming the file and holding each of words[] (NULL-terminated) on one line,
+ * and a zeroed matrix. */
+static void expect_layer(const char *path, const char *prefix, fp4_status want, const char *const *words,
+                         const char *what)
+{
+    fp4_matrix m;
+    fp4_err e = {FP4_OK, ""};
+    float is = 123.0f;
+    fp4_status st;
+    memset(&m, 0xab, sizeof m);
+    st = fp4_nvfp4_load_layer(path, prefix, &m, &is, &e);
+    CHECK_MSG(st == want, "%s: status %d, want %d (%s)", what, (int)st, (int)want, e.msg);
+    if (g_verbose) printf("%-28s %s\n", what, e.msg);
+    if (st == FP4_OK) {
+        fp4_matrix_free(&m);
+        return;
+    }
+    CHECK_MSG(e.msg[0] && !strchr(e.msg, '\n'), "%s: message '%s'", what, e.msg);
+    if (want != FP4_ERR_INVALID_ARG) CHECK_MSG(good_msg(&e, path), "%s: message '%s'", what, e.msg);
+    for (int i = 0; words && words[i]; i++)
+        CHECK_MSG(strstr(e.msg, words[i]) != NULL, "%s: '%s' not in '%s'", what, words[i], e.msg);
+    CHECK(m.codes == NULL && m.scales == NULL && m.rows == 0 && m.cols == 0);
+    CHECK(is == -1.0f);
+}
+
+/* A tensor named prefix.suffix of the given dtype and 0 to 2 dimensions. */
+static fp4_tensor layer_tensor(const char *prefix, const char *suffix, fp4_dtype dt, int ndim, int64_t a,
+                               int64_t b, void *data)
+{
+    fp4_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s.%s", prefix, suffix);
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.shape[0] = a;
+    t.shape[1] = b;
+    t.data = data;
+    t.nbytes = (size_t)fp4_tensor_numel(&t) * fp4_dtype_size(dt);
+    return t;
+}
+
+/* The tensors of a two-layer checkpoint with a bf16 tensor between: ts[0]
+ * bf16, ts[1..3] LAYER0 (q0, no input_scale), ts[4..7] LAYER1 (q1 with
+ * input_scale *is1). Returns the count (8). */
+static int model_tensors(fp4_tensor ts[8], fp4_matrix *q0, float *gs0, fp4_matrix *q1, float *gs1, float *is1,
+                         uint16_t *bf16)
+{
+    *gs0 = q0->global_scale;
+    *gs1 = q1->global_scale;
+    ts[0] = layer_tensor("model.embed_tokens", "weight", FP4_DT_BF16, 2, 2, 3, bf16);
+    ts[1] = layer_tensor(LAYER0, "weight", FP4_DT_U8, 2, q0->rows, q0->cols / 2, q0->codes);
+    ts[2] = layer_tensor(LAYER0, "weight_scale", FP4_DT_F8_E4M3, 2, q0->rows, q0->cols / 16, q0->scales);
+    ts[3] = layer_tensor(LAYER0, "weight_scale_2", FP4_DT_F32, 0, 0, 0, gs0);
+    ts[4] = layer_tensor(LAYER1, "weight", FP4_DT_U8, 2, q1->rows, q1->cols / 2, q1->codes);
+    ts[5] = layer_tensor(LAYER1, "weight_scale", FP4_DT_F8_E4M3, 2, q1->rows, q1->cols / 16, q1->scales);
+    ts[6] = layer_tensor(LAYER1, "weight_scale_2", FP4_DT_F32, 0, 0, 0, gs1);
+    ts[7] = layer_tensor(LAYER1, "input_scale", FP4_DT_F32, 0, 0, 0, is1);
+    return 8;
+}
+
+/* Every proper prefix of the checkpoint at path, and the file with one byte
+ * changed at each place: loading layer prefix never crashes; a prefix fails
+ * with FP4_ERR_FORMAT, any failure with a one-line message naming the file
+ * and a zeroed matrix, a success gives a whole NVFP4 matrix. */
+static void fuzz_layer(const char *path, const char *prefix)
+{
+    size_t n = 0;
+    unsigned char *raw = read_bytes(path, &n);
+    const char *q = tmp_path("fuzz_layer.bin");
+    static const unsigned char vals[] = {0x00, 0xff, 0x7f, '9', ']', '"'};
+    int bad = 0;
+    CHECK(raw != NULL);
+    for (size_t i = 0; raw && i < n; i++) {
+        for (size_t v = 0; v <= sizeof vals; v++) {
+            unsigned char old = raw[i];
+            fp4_err e = {FP4_OK, ""};
+            fp4_matrix m;
+            fp4_status st;
+            if (v < sizeof vals) { /* byte i changed; v == sizeof vals: the first i bytes */
+                raw[i] = vals[v];
+                CHECK(write_bytes(q, raw, n) == 0);
+                raw[i] = old;
+            } else {
+                CHECK(write_bytes(q, raw, i) == 0);
+            }
+            st = fp4_nvfp4_load_layer(q, prefix, &m, NULL, &e);
+            if (st == FP4_OK) {
+                if (v == sizeof vals || m.rows < 1 || m.cols < 16 || m.cols % 16 || !m.codes || !m.scales)
+                    bad++;
+                fp4_matrix_free(&m);
+            } else if (!good_msg(&e, q) || m.codes || m.scales || m.rows || m.cols ||
+                       (v == sizeof vals && st != FP4_ERR_FORMAT)) {
+                if (bad++ < 5)
+                    fprintf(stderr, "fuzz_layer: byte %zu, change %zu: status %d (%s)\n", i, v, (int)st, e.msg);
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "fuzz_layer %s: %d inconsistent results", path, bad);
+    free(raw);
+}
+
+/* One layer of a checkpoint holding several: the right tensors, only their
+ * data read, and a missing one named with what there is instead. */
+static void test_nvfp4_layers(void)
+{
+    TMP_PATH(p, "model.safetensors");
+    TMP_PATH(part, "partial.safetensors");
+    fp4_matrix q0, q1, m;
+    fp4_tensor ts[8], *r = NULL;
+    fp4_err e = {FP4_OK, ""};
+    float x[6 * 64], gs0, gs1, is1 = 0.5f, is = 0;
+    uint16_t bf16[6] = {1, 2, 3, 4, 5, 6};
+    int n, c = 0;
+    char longname[200];
+    test_rng rng = test_rng_seed(5);
+
+    for (int i = 0; i < 6 * 64; i++) x[i] = (float)test_rng_gauss(&rng);
+    CHECK(fp4_quantize_f32(x, 6, 64, 0.0f, &q0, &e) == FP4_OK);
+    CHECK(fp4_quantize_f32(x + 7, 3, 32, 0.0f, &q1, &e) == FP4_OK);
+    n = model_tensors(ts, &q0, &gs0, &q1, &gs1, &is1, bf16);
+    CHECK_MSG(fp4_safetensors_write(p, ts, n, &e) == FP4_OK, "%s", e.msg);
+
+    /* each layer, as its own file would give it */
+    CHECK_MSG(fp4_nvfp4_load_layer(p, LAYER0, &m, &is, &e) == FP4_OK, "%s", e.msg);
+    CHECK(m.rows == 6 && m.cols == 64 && m.global_scale == q0.global_scale && is == -1.0f);
+    CHECK(m.codes && memcmp(m.codes, q0.codes, 6 * 32) == 0 && memcmp(m.scales, q0.scales, 6 * 4) == 0);
+    fp4_matrix_free(&m);
+    CHECK_MSG(fp4_nvfp4_load_layer(p, LAYER1, &m, &is, &e) == FP4_OK, "%s", e.msg);
+    CHECK(m.rows == 3 && m.cols == 32 && m.global_scale == q1.global_scale && is == 0.5f);
+    CHECK(m.codes && memcmp(m.codes, q1.codes, 3 * 16) == 0 && memcmp(m.scales, q1.scales, 3 * 2) == 0);
+    fp4_matrix_free(&m);
+    CHECK(fp4_nvfp4_load_layer(p, LAYER1, &m, NULL, &e) == FP4_OK); /* input_scale not wanted */
+    fp4_matrix_free(&m);
+
+    /* only the wanted tensors' data is read; every header is there */
+    {
+        const char *want[2] = {LAYER1 ".weight", "not.there"};
+        CHECK_MSG(fp4_safetensors_read_some(p, want, 2, &r, &c, &e) == FP4_OK, "%s", e.msg);
+        CHECK(c == n);
+        for (int i = 0; i < c; i++) {
+            int wanted = strcmp(r[i].name, want[0]) == 0;
+            CHECK_MSG(wanted ? r[i].data != NULL : r[i].data == NULL, "tensor %s", r[i].name);
+            CHECK(r[i].nbytes == ts[i].nbytes && r[i].dtype == ts[i].dtype &&
+                  strcmp(r[i].name, ts[i].name) == 0);
+            if (wanted) CHECK(memcmp(r[i].data, q1.codes, r[i].nbytes) == 0);
+        }
+        for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+        free(r);
+        CHECK(fp4_safetensors_read_some(p, NULL, 0, &r, &c, &e) == FP4_OK && c == n);
+        for (int i = 0; i < c; i++) CHECK(r[i].data == NULL);
+        for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+        free(r);
+        CHECK(fp4_safetensors_read_some(p, NULL, 1, &r, &c, &e) == FP4_ERR_INVALID_ARG);
+        CHECK(fp4_safetensors_read_some(p, want, -1, &r, &c, &e) == FP4_ERR_INVALID_ARG);
+        CHECK(fp4_safetensors_read_some(tmp_path("none.safetensors"), want, 1, &r, &c, &e) == FP4_ERR_IO);
+    }
+
+    /* missing: the name looked for, and what is there instead */
+    {
+        static const char *const w_near[] = {"no tensor '" "model.layers.1.mlp.experts.7.up_proj.weight'",
+                                             "2 NVFP4 layers", "nearest: '" LAYER1 "', '" LAYER0 "'", NULL};
+        static const char *const w_under[] = {"'model.layers.1.mlp.experts.7' is no layer", "'gate_proj'", NULL};
+        static const char *const w_bare[] = {"no tensor 'weight'", "such as '" LAYER0 "', '" LAYER1 "'", NULL};
+        expect_layer(p, "model.layers.1.mlp.experts.7.up_proj", FP4_ERR_NOT_FOUND, w_near, "layer missing");
+        expect_layer(p, "model.layers.1.mlp.experts.7", FP4_ERR_NOT_FOUND, w_under, "a parent of a layer");
+        expect_layer(p, NULL, FP4_ERR_NOT_FOUND, w_bare, "bare names in a model");
+        expect_layer(p, "", FP4_ERR_NOT_FOUND, w_bare, "empty prefix: bare names");
+        expect_load(p, FP4_ERR_NOT_FOUND, "such as", "fp4_nvfp4_load of a model");
+    }
+    {
+        static const char *const w_part[] = {"no tensor '" LAYER0 ".weight_scale_2'",
+                                             "'" LAYER0 "' has only 'weight', 'weight_scale'", NULL};
+        static const char *const w_one[] = {"no tensor 'foo.weight'", "one layer, under the bare names", NULL};
+        CHECK(fp4_safetensors_write(part, ts, 3, &e) == FP4_OK); /* LAYER0 without weight_scale_2 */
+        expect_layer(part, LAYER0, FP4_ERR_NOT_FOUND, w_part, "partial layer");
+        CHECK(fp4_nvfp4_save(part, &q1, -1.0f, &e) == FP4_OK);
+        expect_layer(part, "foo", FP4_ERR_NOT_FOUND, w_one, "a name for a one-layer file");
+        expect_layer(part, NULL, FP4_OK, NULL, "the one-layer file");
+    }
+    /* names that cannot be */
+    memset(longname, 'x', 115);
+    longname[115] = '\0';
+    {
+        static const char *const w_long[] = {"weight_scale_2' is longer than 127 bytes", NULL};
+        static const char *const w_ctrl[] = {"a layer name has a control character", NULL};
+        expect_layer(p, longname, FP4_ERR_INVALID_ARG, w_long, "prefix too long for its names");
+        memset(longname, 'x', 150);
+        longname[150] = '\0';
+        expect_layer(p, longname, FP4_ERR_INVALID_ARG, NULL, "prefix too long");
+        expect_layer(p, "model\nlayers", FP4_ERR_INVALID_ARG, w_ctrl, "control character");
+        expect_layer(p, "bad\xff", FP4_ERR_INVALID_ARG, NULL, "not UTF-8");
+    }
+    fuzz_layer(p, LAYER1);
+    CHECK(fp4_nvfp4_load_layer(NULL, LAYER0, &m, NULL, &e) == FP4_ERR_INVALID_ARG);
+    CHECK(fp4_nvfp4_load_layer(p, LAYER0, NULL, NULL, &e) == FP4_ERR_INVALID_ARG);
+    fp4_matrix_free(&q0);
+    fp4_matrix_free(&q1);
+}
+
+/* Scale bytes and global scales that are no scales are refused at load,
+ * naming the tensor (and the scale's place); 0x80 (-0) is zero and kept. */
+static void test_nvfp4_bad_scales(void)
+{
+    TMP_PATH(p, "scales.safetensors");
+    fp4_matrix q0, q1;
+    fp4_tensor ts[8];
+    fp4_err e = {FP4_OK, ""};
+    float x[6 * 64], gs0, gs1, is1 = 0.5f;
+    uint16_t bf16[6] = {0};
+    int n;
+    char at[160];
+    test_rng rng = test_rng_seed(6);
+    static const uint8_t nan_bytes[] = {0x7F, 0xFF};
+    static const uint8_t negative_bytes[] = {0x81, 0xB5, 0xF8, 0xFE};
+
+    for (int i = 0; i < 6 * 64; i++) x[i] = (float)test_rng_gauss(&rng);
+    CHECK(fp4_quantize_f32(x, 6, 64, 0.0f, &q0, &e) == FP4_OK);
+    CHECK(fp4_quantize_f32(x, 3, 32, 0.0f, &q1, &e) == FP4_OK);
+    n = model_tensors(ts, &q0, &gs0, &q1, &gs1, &is1, bf16);
+
+    for (size_t i = 0; i < sizeof nan_bytes; i++) {
+        const char *words[] = {at, ": NaN", NULL};
+        uint8_t keep = q0.scales[2 * 4 + 1];
+        snprintf(at, sizeof at, "tensor '%s.weight_scale' has scale byte 0x%02X at [2, 1]", LAYER0,
+                 nan_bytes[i]);
+        q0.scales[2 * 4 + 1] = nan_bytes[i];
+        CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+        expect_layer(p, LAYER0, FP4_ERR_FORMAT, words, "NaN scale");
+        expect_layer(p, LAYER1, FP4_OK, NULL, "the other layer still loads");
+        q0.scales[2 * 4 + 1] = keep;
+    }
+    for (size_t i = 0; i < sizeof negative_bytes; i++) {
+        const char *words[] = {at, ": negative", NULL};
+        uint8_t keep = q0.scales[5 * 4 + 3];
+        snprintf(at, sizeof at, "tensor '%s.weight_scale' has scale byte 0x%02X at [5, 3]", LAYER0,
+                 negative_bytes[i]);
+        q0.scales[5 * 4 + 3] = negative_bytes[i];
+        CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+        expect_layer(p, LAYER0, FP4_ERR_FORMAT, words, "negative scale");
+        q0.scales[5 * 4 + 3] = keep;
+    }
+    q0.scales[0] = 0x80; /* -0 */
+    CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+    expect_layer(p, LAYER0, FP4_OK, NULL, "-0 scale");
+    q0.scales[0] = 0x00;
+
+    {
+        const float bad[] = {0.0f, -0.0f, -1.0f, INFINITY, -INFINITY, NAN};
+        const char *w2[] = {"tensor '" LAYER0 ".weight_scale_2' is", "expected a finite positive number", NULL};
+        const char *wi[] = {"tensor '" LAYER1 ".input_scale' is", "expected a finite positive number", NULL};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            float keep0 = gs0;
+            gs0 = bad[i];
+            CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+            expect_layer(p, LAYER0, FP4_ERR_FORMAT, w2, "bad weight_scale_2");
+            gs0 = keep0;
+            is1 = bad[i];
+            CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+            expect_layer(p, LAYER1, FP4_ERR_FORMAT, wi, "bad input_scale");
+            is1 = 0.5f;
+        }
+        gs0 = 1e-40f; /* tiny, subnormal, but a positive number */
+        CHECK(fp4_safetensors_write(p, ts, n, &e) == FP4_OK);
+        expect_layer(p, LAYER0, FP4_OK, NULL, "subnormal weight_scale_2");
+    }
+    fp4_matrix_free(&q0);
+    fp4_matrix_free(&q1);
+}
+
 /* ---- limits and refusals -------------------------------------------------------- */
 
 /* Peak resident set of this process so far, in KiB. */
@@ -1285,6 +1561,8 @@ int main(void)
     test_st_roundtrip();
     test_st_bad();
     test_nvfp4();
+    test_nvfp4_layers();
+    test_nvfp4_bad_scales();
     test_st_limits();
     test_st_names();
     test_utf8();

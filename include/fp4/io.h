@@ -12,7 +12,8 @@
  *       fp4_tensor_name_problem says.
  * NVFP4 checkpoints follow ModelOpt: `weight` U8 [N, K/2], `weight_scale`
  * F8_E4M3 [N, K/16] (plain row-major), `weight_scale_2` F32 [] (decode scale),
- * optional `input_scale` F32 []. */
+ * optional `input_scale` F32 []; in a whole model's checkpoint each layer's
+ * names carry its prefix (`model.layers.3.mlp.experts.7.down_proj.weight`). */
 #ifndef FP4_IO_H
 #define FP4_IO_H
 
@@ -76,6 +77,13 @@ fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count,
  * in messages. */
 fp4_status fp4_safetensors_parse(const void *buf, size_t len, const char *name, fp4_tensor **out,
                                  int *count, fp4_err *err);
+/* As fp4_safetensors_read, but only the data of the tensors named in
+ * want[0..nwant) is read; every other tensor comes with its name, dtype, shape
+ * and nbytes (checked as always) and data NULL. One layer of a checkpoint of
+ * many gigabytes costs the bytes of that layer. A wanted name the file lacks
+ * is no error (fp4_tensor_find says what is there); nwant 0: headers only. */
+fp4_status fp4_safetensors_read_some(const char *path, const char *const *want, int nwant,
+                                     fp4_tensor **out, int *count, fp4_err *err);
 fp4_status fp4_safetensors_write(const char *path, const fp4_tensor *tensors, int count,
                                  fp4_err *err);
 /* Why name cannot be a tensor name, or NULL when it can. The one rule for
@@ -96,8 +104,23 @@ const fp4_tensor *fp4_tensor_find(const fp4_tensor *tensors, int count, const ch
 /* Save an NVFP4 matrix as a ModelOpt-style checkpoint (input_scale < 0: omitted). */
 fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_scale,
                           fp4_err *err);
-/* Load one; checks every dtype and shape and says which tensor is wrong. */
+/* Load one; checks every dtype and shape and says which tensor is wrong.
+ * The same as fp4_nvfp4_load_layer(path, NULL, m, NULL, err). */
 fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err);
+/* Load the layer named prefix: the tensors `<prefix>.weight`,
+ * `<prefix>.weight_scale`, `<prefix>.weight_scale_2` and, if present,
+ * `<prefix>.input_scale` (prefix NULL or "": the bare names). Only their data
+ * is read. Refused, naming the tensor (FP4_ERR_FORMAT): a scale byte that is
+ * NaN (0x7F, 0xFF) or negative (sign bit set; 0x80, -0, is zero either way
+ * and accepted); a weight_scale_2 or input_scale that is NaN, infinite or
+ * <= 0. A missing tensor (FP4_ERR_NOT_FOUND) is named, with a few of the
+ * names the file has under the prefix, or else its NVFP4 layers nearest to
+ * the prefix. FP4_ERR_INVALID_ARG: prefix cannot begin a tensor name (the
+ * rule of fp4_tensor_name_problem, for `<prefix>.weight_scale_2`).
+ * *input_scale (if not NULL) gets input_scale, or -1 when there is none. On
+ * failure *m is all zero. */
+fp4_status fp4_nvfp4_load_layer(const char *path, const char *prefix, fp4_matrix *m,
+                                float *input_scale, fp4_err *err);
 
 /* Read a [rows, cols] matrix of any float dtype from .npy into floats
  * (*data malloc'ed). */

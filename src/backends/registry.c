@@ -1,5 +1,6 @@
 /* The list of compiled-in backends, shape checks, and external plugins. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,19 +69,60 @@ double fp4_shape_flops(const fp4_shape *s)
     return 2.0 * (double)s->m * (double)s->n * (double)s->k;
 }
 
+/* Longest backend name: a report row holds FP4_NAME_LEN - 1 bytes of it
+ * (fp4/engine.h, a layer above this one). */
+#define BACKEND_NAME_MAX 47
+
+/* Why name cannot name a backend, or NULL when it can. Names go into tables,
+ * CSV, JSON and comma-separated --backend lists, so they are kept to
+ * a-z 0-9 '-' '_' '.'; "all" is --backend's word for every backend. */
+static const char *backend_name_problem(const char *name)
+{
+    size_t len;
+    if (!name || !name[0]) return "is empty";
+    len = strnlen(name, BACKEND_NAME_MAX + 1);
+    if (len > BACKEND_NAME_MAX) return "is longer than 47 bytes";
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+            return "has a character other than a-z, 0-9, '-', '_' and '.'";
+    }
+    if (strcmp(name, "all") == 0) return "is 'all', which --backend reserves for every backend";
+    return NULL;
+}
+
 fp4_status fp4_backend_validate(const fp4_backend_ops *ops, fp4_err *err)
 {
+    const char *why;
+    const unsigned known_flags = FP4_BACKEND_GPU | FP4_BACKEND_REFERENCE | FP4_BACKEND_LOSSY |
+                                 FP4_BACKEND_NOT_GEMM | FP4_BACKEND_FROM_BF16;
     if (!ops) return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend table is NULL");
     if (ops->api_version != FP4_BACKEND_API_VERSION)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "backend API version %d, this fp4bench speaks version %d",
                         ops->api_version, FP4_BACKEND_API_VERSION);
-    if (!ops->name || !ops->name[0])
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend has no name");
+    /* the name itself is not echoed: it may not print */
+    if ((why = backend_name_problem(ops->name)) != NULL)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend name %s", why);
+    if (!ops->summary)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' has no summary (\"\" will do)", ops->name);
     if (!ops->open || !ops->close || !ops->prepare || !ops->poison || !ops->run ||
         !ops->read_output || !ops->release)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' lacks a mandatory function",
                         ops->name);
+    if (ops->flags & ~known_flags)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' has flags 0x%x, of which 0x%x are unknown",
+                        ops->name, ops->flags, ops->flags & ~known_flags);
+    if ((int)ops->math < (int)FP4_MATH_CPU || (int)ops->math > (int)FP4_MATH_FP4_TC)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' has an unknown math kind %d", ops->name,
+                        (int)ops->math);
+    /* NaN would fail every comparison silently, a negative tolerance every result */
+    if (!isfinite(ops->tol_max) || ops->tol_max < 0.0 || !isfinite(ops->tol_norm) || ops->tol_norm < 0.0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' has tolerances %g, %g: want finite and >= 0",
+                        ops->name, ops->tol_max, ops->tol_norm);
+    if (ops->own_reference && !(isfinite(ops->own_tol) && ops->own_tol > 0.0))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "backend '%s' has own_reference with own_tol %g: want "
+                        "finite and > 0", ops->name, ops->own_tol);
     return FP4_OK;
 }
 
@@ -89,11 +131,20 @@ fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void 
 {
     fp4_status st;
     void *h;
-    fp4_backend_entry_fn entry;
+    const fp4_backend_ops *table;
+    if (!path || !ops || !handle)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_backend_load: NULL argument");
     *ops = NULL;
     *handle = NULL;
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return fp4_fail(err, FP4_ERR_IO, "cannot load plugin %s: %s", path, dlerror());
+    if (!h) {
+        const char *why = dlerror();
+        /* the usual trouble with a plugin that calls libfp4 (fp4_fail, ...) */
+        if (why && strstr(why, "undefined symbol: fp4_"))
+            return fp4_fail(err, FP4_ERR_IO, "cannot load plugin %s: %s (this program does not export "
+                            "libfp4 to plugins: link the plugin with -lfp4)", path, why);
+        return fp4_fail(err, FP4_ERR_IO, "cannot load plugin %s: %s", path, why ? why : "unknown error");
+    }
     /* dlsym returns void*; convert through a union to avoid the
      * object-to-function-pointer cast warning. */
     union {
@@ -101,19 +152,24 @@ fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void 
         fp4_backend_entry_fn fn;
     } sym;
     sym.obj = dlsym(h, FP4_BACKEND_ENTRY_SYMBOL);
-    entry = sym.fn;
-    if (!entry) {
+    if (!sym.fn) {
         dlclose(h);
         return fp4_fail(err, FP4_ERR_FORMAT, "plugin %s has no symbol %s", path,
                         FP4_BACKEND_ENTRY_SYMBOL);
     }
-    if ((st = fp4_backend_validate(entry(), err)) != FP4_OK) {
+    table = sym.fn();
+    st = fp4_backend_validate(table, err);
+    /* rows are told apart by backend name */
+    if (st == FP4_OK && fp4_backend_find(table->name))
+        st = fp4_fail(err, FP4_ERR_INVALID_ARG, "its backend is named '%s', as a built-in backend is",
+                      table->name);
+    if (st != FP4_OK) {
         char msg[FP4_ERR_MSG_LEN];
         snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
         dlclose(h);
         return fp4_fail(err, st, "plugin %s: %s", path, msg);
     }
-    *ops = entry();
+    *ops = table;
     *handle = h;
     return FP4_OK;
 }

@@ -8,13 +8,29 @@
 #include "fp4/shapes.h"
 
 static const char list_usage[] =
-    "usage: fp4bench list [--preset NAME]\n"
+    "usage: fp4bench list [--preset NAME] [--plugin FILE.so]\n"
     "\n"
     "Every backend compiled in, whether it can run on this machine and if not why,\n"
     "and the workload presets.\n"
     "\n"
-    "  --preset NAME   only that preset's shapes, one 'M N K label' line each (the format\n"
-    "                  of --spec files); an unknown NAME is a usage error (exit 2)\n";
+    "  --preset NAME    only that preset's shapes, one 'M N K label' line each (the format\n"
+    "                   of --spec files); an unknown NAME is a usage error (exit 2)\n"
+    "  --plugin FILE.so also the external backend of that plugin (repeatable), checked\n"
+    "                   as run --plugin checks it: a plugin that cannot load is exit 3\n";
+
+#define LIST_MAX_PLUGINS 8
+
+/* One backend's lines: can it run here, and if not, why. */
+static void list_backend(fp4_engine *engine, const fp4_backend_ops *ops, const char *plugin_path)
+{
+    fp4_err why;
+    fp4_err_clear(&why);
+    fp4_status st = fp4_engine_probe_backend(engine, ops, &why);
+    printf("%-16s %-10s %s", ops->name, st == FP4_OK ? "yes" : "no", ops->summary);
+    if (plugin_path) printf(" (plugin %s)", plugin_path);
+    putchar('\n');
+    if (st != FP4_OK) printf("%-16s %-10s unsupported: %s\n", "", "", fp4_err_text(&why));
+}
 
 /* The shapes of one preset in the spec-file format, so that the output can be
  * edited and fed back with run --spec. */
@@ -45,17 +61,35 @@ int cmd_list(int argc, char **argv)
     fp4_report report;
     fp4_engine *engine;
     fp4_err err;
-    const char *preset = NULL;
+    const char *preset = NULL, *v;
+    const fp4_backend_ops *plugins[LIST_MAX_PLUGINS];
+    const char *plugin_paths[LIST_MAX_PLUGINS];
+    void *plugin_handles[LIST_MAX_PLUGINS];
+    int nplugins = 0, rc;
     while (a.i < argc) {
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(list_usage, stdout);
             return 0;
         } else if (cli_value(&a, "--preset", &preset)) {
             continue;
+        } else if (cli_value(&a, "--plugin", &v)) {
+            if (nplugins == LIST_MAX_PLUGINS)
+                cli_usage_error(&a, "--plugin: at most %d plugins", LIST_MAX_PLUGINS);
+            if (fp4_backend_load(v, &plugins[nplugins], &plugin_handles[nplugins], &err) != FP4_OK)
+                cli_die(a.cmd, &err);
+            for (int i = 0; i < nplugins; i++)
+                if (strcmp(plugins[i]->name, plugins[nplugins]->name) == 0)
+                    cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", plugins[i]->name);
+            plugin_paths[nplugins++] = v;
+            continue;
         }
         cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
     }
-    if (preset) return list_preset(&a, preset);
+    if (preset) {
+        rc = list_preset(&a, preset);
+        for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);
+        return rc;
+    }
     fp4_settings_default(&set);
     memset(&report, 0, sizeof report);
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
@@ -65,20 +99,15 @@ int cmd_list(int argc, char **argv)
     else
         printf("GPU: none (%s)\n\n", report.dev.why_absent);
     printf("%-16s %-10s %s\n", "backend", "here", "what / why not");
-    for (int i = 0; i < fp4_backend_count(); i++) {
-        const fp4_backend_ops *ops = fp4_backend_at(i);
-        fp4_err why;
-        fp4_err_clear(&why);
-        fp4_status st = fp4_engine_probe_backend(engine, ops, &why);
-        printf("%-16s %-10s %s\n", ops->name, st == FP4_OK ? "yes" : "no", ops->summary);
-        if (st != FP4_OK) printf("%-16s %-10s unsupported: %s\n", "", "", fp4_err_text(&why));
-    }
+    for (int i = 0; i < fp4_backend_count(); i++) list_backend(engine, fp4_backend_at(i), NULL);
+    for (int i = 0; i < nplugins; i++) list_backend(engine, plugins[i], plugin_paths[i]);
     printf("\n%-10s %s\n", "preset", "shapes");
     for (int i = 0; i < fp4_preset_count(); i++)
         printf("%-10s %s\n", fp4_preset_name(i), fp4_preset_summary(i));
     fp4_warnings warn;
     fp4_warnings_clear(&warn);
-    fp4_engine_destroy(engine, &warn);
+    fp4_engine_destroy(engine, &warn); /* closes the plugins' instances: unload after */
     cli_print_warnings(&warn);
+    for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);
     return 0;
 }

@@ -22,19 +22,40 @@ static const char quantize_usage[] =
 
 static const char gemm_usage[] =
     "usage: fp4bench gemm --a A.safetensors --b B.safetensors --out D.npy [--backend NAME]\n"
+    "                     [--a-name LAYER] [--b-name LAYER] [--plugin FILE.so]\n"
     "\n"
     "D[M,N] = A[M,K] * B[N,K]^T * alpha (alpha = product of the weight_scale_2 values), written\n"
-    "as float32 .npy. Default backend cpu-ref (exact). Other backends are verified against the\n"
-    "reference after running; exit 1 if their result is out of tolerance.\n";
+    "as float32 .npy. Default backend cpu-ref (exact), or the plugin's backend when one\n"
+    "--plugin is given. Other backends are verified against the reference after running;\n"
+    "exit 1 if their result is out of tolerance.\n"
+    "\n"
+    "  --a-name, --b-name LAYER   one layer of a whole model's checkpoint: the tensors\n"
+    "                             LAYER.weight, LAYER.weight_scale, LAYER.weight_scale_2\n"
+    "                             (e.g. model.layers.3.mlp.experts.7.down_proj); without\n"
+    "                             them the file holds one layer under the bare names\n"
+    "  --plugin FILE.so           load an external backend (repeatable); --backend picks\n"
+    "                             among them and the built-in ones (fp4bench list)\n";
 
 static const char check_usage[] =
     "usage: fp4bench check --a A.safetensors --b B.safetensors --d THEIRS.npy\n"
-    "                      [--tol-max F] [--tol-norm F]\n"
+    "                      [--a-name LAYER] [--b-name LAYER] [--tol-max F] [--tol-norm F]\n"
     "\n"
     "Compare another kernel's output D [M,N] (float32/float16/bf16 .npy) with the exact\n"
     "reference for A and B. Prints max|D-R|/max|R|, ||D-R||/||R|| and NaN/Inf counts.\n"
     "Defaults: --tol-max 0.01 --tol-norm 0.005 (a bf16 output with fp32 accumulation).\n"
+    "--a-name / --b-name pick one layer of a whole model's checkpoint (see gemm --help).\n"
     "Exit 0 when within tolerance, 1 on mismatch.\n";
+
+#define GEMM_MAX_PLUGINS 8
+
+/* One operand: a checkpoint file and, in a whole model's checkpoint, the
+ * layer's name prefix (NULL: the bare names). */
+typedef struct operand {
+    const char *path;
+    const char *layer;
+    const char *flag;      /* "--a" or "--b", for messages */
+    char label[320];       /* "PATH" or "PATH (layer LAYER)" */
+} operand;
 
 /* A flag value that must be a positive, finite fp32 (after the conversion:
  * 1e39 is a fine double but an infinite float). */
@@ -104,27 +125,66 @@ int cmd_quantize(int argc, char **argv)
     return 0;
 }
 
-/* Load A and B and check they can be multiplied. */
-static void load_operands(cli_args *a, const char *pa, const char *pb, fp4_matrix *ma,
-                          fp4_matrix *mb)
+/* The value of --a-name / --b-name: a layer's name prefix, never empty
+ * (the bare names are what no flag means). */
+static const char *layer_flag(const cli_args *a, const char *flag, const char *v)
+{
+    if (!v[0])
+        cli_usage_error(a, "%s needs a layer name (e.g. model.layers.3.mlp.experts.7.down_proj)", flag);
+    return v;
+}
+
+/* Load one operand: a layer name the loader refuses is a usage error; a
+ * missing tensor of a file read without a name says which flag picks one. */
+static void load_operand(const cli_args *a, operand *op, fp4_matrix *m)
 {
     fp4_err err;
-    if (!pa) cli_usage_error(a, "--a is required");
-    if (!pb) cli_usage_error(a, "--b is required");
-    if (fp4_nvfp4_load(pa, ma, &err) != FP4_OK) cli_die(a->cmd, &err);
-    if (fp4_nvfp4_load(pb, mb, &err) != FP4_OK) cli_die(a->cmd, &err);
+    fp4_status st;
+    if (!op->path) cli_usage_error(a, "%s is required", op->flag);
+    if (op->layer)
+        snprintf(op->label, sizeof op->label, "%s (layer %s)", op->path, op->layer);
+    else
+        snprintf(op->label, sizeof op->label, "%s", op->path);
+    st = fp4_nvfp4_load_layer(op->path, op->layer, m, NULL, &err);
+    if (st == FP4_OK) return;
+    if (st == FP4_ERR_INVALID_ARG && op->layer) cli_usage_error(a, "%s-name: %s", op->flag, err.msg);
+    if (st == FP4_ERR_NOT_FOUND && !op->layer) {
+        fp4_err hinted;
+        fp4_fail(&hinted, st, "%s (%s-name LAYER picks a layer)", err.msg, op->flag);
+        cli_die(a->cmd, &hinted);
+    }
+    cli_die(a->cmd, &err);
+}
+
+/* Load A and B and check they can be multiplied. */
+static void load_operands(const cli_args *a, operand *oa, operand *ob, fp4_matrix *ma, fp4_matrix *mb)
+{
+    fp4_err err;
+    if (!oa->path) cli_usage_error(a, "--a is required");
+    if (!ob->path) cli_usage_error(a, "--b is required");
+    load_operand(a, oa, ma);
+    load_operand(a, ob, mb);
     float alpha = ma->global_scale * mb->global_scale;
     if (!isfinite(alpha) || !(alpha > 0)) {
         fp4_fail(&err, FP4_ERR_FORMAT,
-                 "weight_scale_2 of %s (%g) times that of %s (%g) is %g: not a usable alpha", pa,
-                 ma->global_scale, pb, mb->global_scale, alpha);
+                 "weight_scale_2 of %s (%g) times that of %s (%g) is %g: not a usable alpha", oa->label,
+                 ma->global_scale, ob->label, mb->global_scale, alpha);
         cli_die(a->cmd, &err);
     }
     if (ma->cols != mb->cols) {
-        fp4_fail(&err, FP4_ERR_SHAPE, "%s has K=%lld but %s has K=%lld", pa, (long long)ma->cols,
-                 pb, (long long)mb->cols);
+        fp4_fail(&err, FP4_ERR_SHAPE, "%s has K=%lld but %s has K=%lld", oa->label, (long long)ma->cols,
+                 ob->label, (long long)mb->cols);
         cli_die(a->cmd, &err);
     }
+}
+
+/* The backend called name: a loaded plugin's or a built-in one; NULL if none. */
+static const fp4_backend_ops *find_backend(const char *name, const fp4_backend_ops *const *plugins,
+                                           int nplugins)
+{
+    for (int i = 0; i < nplugins; i++)
+        if (strcmp(plugins[i]->name, name) == 0) return plugins[i];
+    return fp4_backend_find(name);
 }
 
 static float *reference_of(const cli_args *a, const fp4_matrix *ma, const fp4_matrix *mb)
@@ -143,7 +203,11 @@ static float *reference_of(const cli_args *a, const fp4_matrix *ma, const fp4_ma
 int cmd_gemm(int argc, char **argv)
 {
     cli_args a = {argc, argv, 1, "fp4bench gemm"};
-    const char *pa = NULL, *pb = NULL, *out = NULL, *name = "cpu-ref", *v;
+    operand oa = {NULL, NULL, "--a", ""}, ob = {NULL, NULL, "--b", ""};
+    const char *out = NULL, *name = NULL, *v;
+    const fp4_backend_ops *plugins[GEMM_MAX_PLUGINS];
+    void *plugin_handles[GEMM_MAX_PLUGINS];
+    int nplugins = 0;
     fp4_matrix ma, mb;
     fp4_err err;
     void *inst = NULL, *plan = NULL;
@@ -153,22 +217,40 @@ int cmd_gemm(int argc, char **argv)
             fputs(gemm_usage, stdout);
             return 0;
         } else if (cli_value(&a, "--a", &v)) {
-            pa = v;
+            oa.path = v;
         } else if (cli_value(&a, "--b", &v)) {
-            pb = v;
+            ob.path = v;
+        } else if (cli_value(&a, "--a-name", &v)) {
+            oa.layer = layer_flag(&a, "--a-name", v);
+        } else if (cli_value(&a, "--b-name", &v)) {
+            ob.layer = layer_flag(&a, "--b-name", v);
         } else if (cli_value(&a, "--out", &v)) {
             out = v;
         } else if (cli_value(&a, "--backend", &v)) {
             name = v;
+        } else if (cli_value(&a, "--plugin", &v)) {
+            if (nplugins == GEMM_MAX_PLUGINS)
+                cli_usage_error(&a, "--plugin: at most %d plugins", GEMM_MAX_PLUGINS);
+            if (fp4_backend_load(v, &plugins[nplugins], &plugin_handles[nplugins], &err) != FP4_OK)
+                cli_die(a.cmd, &err);
+            if (find_backend(plugins[nplugins]->name, plugins, nplugins))
+                cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded",
+                                plugins[nplugins]->name);
+            nplugins++;
         } else {
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
         }
     }
-    const fp4_backend_ops *ops = fp4_backend_find(name);
+    /* a plugin is loaded to be run: alone, it is the default */
+    if (!name && nplugins > 1)
+        cli_usage_error(&a, "--backend is needed to pick one of the %d plugins", nplugins);
+    if (!name) name = nplugins == 1 ? plugins[0]->name : "cpu-ref";
+    const fp4_backend_ops *ops = find_backend(name, plugins, nplugins);
     if (!ops) cli_usage_error(&a, "--backend: unknown backend '%s' (see fp4bench list)", name);
     if (!out) cli_usage_error(&a, "--out is required");
-    load_operands(&a, pa, pb, &ma, &mb);
+    load_operands(&a, &oa, &ob, &ma, &mb);
     fp4_shape shape = {ma.rows, mb.rows, ma.cols};
+    if (fp4_shape_check(&shape, &err) != FP4_OK) cli_die(a.cmd, &err);
     fp4_gemm_problem p = {.shape = shape, .a = &ma, .b = &mb, .alpha = ma.global_scale * mb.global_scale};
     size_t n = (size_t)shape.m * (size_t)shape.n;
     float *d = malloc(n * sizeof *d);
@@ -179,21 +261,21 @@ int cmd_gemm(int argc, char **argv)
     fp4_warnings warn;
     fp4_warnings_clear(&warn);
     fp4_status st = ops->open(&inst, &err);
+    int opened = st == FP4_OK;
     if (st == FP4_OK && ops->set_warnings) ops->set_warnings(inst, &warn);
     if (st == FP4_OK && ops->supports) st = ops->supports(inst, &shape, &err);
-    if (st == FP4_OK) st = ops->prepare(inst, &p, 1, &plan, &err);
+    if (st == FP4_OK && (st = ops->prepare(inst, &p, 1, &plan, &err)) != FP4_OK) plan = NULL;
     if (st == FP4_OK) st = ops->poison(plan, 0, NULL, &err);
     if (st == FP4_OK) st = ops->run(plan, 0, NULL, &err);
     if (st == FP4_OK) st = ops->read_output(plan, 0, d, &err);
     if (plan) ops->release(plan);
+    if (opened) ops->close(inst);
+    cli_print_warnings(&warn);
     if (st != FP4_OK) {
         fp4_err named;
         fp4_fail(&named, st, "backend %s: %s", name, fp4_err_text(&err));
-        cli_print_warnings(&warn);
         cli_die(a.cmd, &named);
     }
-    ops->close(inst);
-    cli_print_warnings(&warn);
     fp4_tensor t = {.dtype = FP4_DT_F32, .ndim = 2, .shape = {shape.m, shape.n}, .data = d,
                     .nbytes = n * sizeof *d};
     if (fp4_npy_write(out, &t, &err) != FP4_OK) cli_die(a.cmd, &err);
@@ -210,13 +292,16 @@ int cmd_gemm(int argc, char **argv)
     free(d);
     fp4_matrix_free(&ma);
     fp4_matrix_free(&mb);
+    /* after close: the tables and code live in the plugins */
+    for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);
     return rc;
 }
 
 int cmd_check(int argc, char **argv)
 {
     cli_args a = {argc, argv, 1, "fp4bench check"};
-    const char *pa = NULL, *pb = NULL, *pd = NULL, *v;
+    operand oa = {NULL, NULL, "--a", ""}, ob = {NULL, NULL, "--b", ""};
+    const char *pd = NULL, *v;
     double tol_max = 0.01, tol_norm = 0.005;
     fp4_matrix ma, mb;
     fp4_err err;
@@ -227,9 +312,13 @@ int cmd_check(int argc, char **argv)
             fputs(check_usage, stdout);
             return 0;
         } else if (cli_value(&a, "--a", &v)) {
-            pa = v;
+            oa.path = v;
         } else if (cli_value(&a, "--b", &v)) {
-            pb = v;
+            ob.path = v;
+        } else if (cli_value(&a, "--a-name", &v)) {
+            oa.layer = layer_flag(&a, "--a-name", v);
+        } else if (cli_value(&a, "--b-name", &v)) {
+            ob.layer = layer_flag(&a, "--b-name", v);
         } else if (cli_value(&a, "--d", &v)) {
             pd = v;
         } else if (cli_value(&a, "--tol-max", &v)) {
@@ -243,7 +332,7 @@ int cmd_check(int argc, char **argv)
         }
     }
     if (!pd) cli_usage_error(&a, "--d is required");
-    load_operands(&a, pa, pb, &ma, &mb);
+    load_operands(&a, &oa, &ob, &ma, &mb);
     if (fp4_npy_read_matrix_f32(pd, &d, &rows, &cols, &err) != FP4_OK) cli_die(a.cmd, &err);
     if (rows != ma.rows || cols != mb.rows) {
         fp4_fail(&err, FP4_ERR_DTYPE, "%s is [%lld, %lld], expected [%lld, %lld] (M from --a, N from --b)",

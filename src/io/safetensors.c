@@ -316,8 +316,26 @@ static fp4_status scan_header(fp4_io_src *src, unsigned long long hlen, fp4_err 
     return FP4_OK;
 }
 
-/* Read every tensor from src (see io.h). On failure *out is NULL and *count 0. */
-static fp4_status st_read_src(fp4_io_src *src, fp4_tensor **out, int *count, fp4_err *err)
+/* Which tensors' data a read loads: all of them, or those named in a list. */
+typedef struct st_want {
+    int all;
+    const char *const *names;
+    int count;
+} st_want;
+
+/* Is the data of the tensor called name to be read? */
+static int is_wanted(const st_want *w, const char *name)
+{
+    if (w->all) return 1;
+    for (int i = 0; i < w->count; i++)
+        if (w->names[i] && strcmp(w->names[i], name) == 0) return 1;
+    return 0;
+}
+
+/* Read the tensors from src (see io.h), the data of those w wants. On failure
+ * *out is NULL and *count 0. */
+static fp4_status st_read_src(fp4_io_src *src, const st_want *w, fp4_tensor **out, int *count,
+                              fp4_err *err)
 {
     fp4_status st = FP4_OK;
     const char *path = src->name;
@@ -330,7 +348,7 @@ static fp4_status st_read_src(fp4_io_src *src, fp4_tensor **out, int *count, fp4
     const cJSON *j;
     fp4_tensor *ts = NULL;
     st_entry *es = NULL;
-    int n = 0, i;
+    int n = 0, i, skipped = 0;
 
     if (fsize < 8) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, less than the 8-byte header length",
@@ -445,9 +463,19 @@ static fp4_status st_read_src(fp4_io_src *src, fp4_tensor **out, int *count, fp4
         goto out;
     }
 
-    /* data, in file order, so the reads are sequential */
+    /* data, in file order, so the reads are sequential; after a tensor that
+     * is not wanted, a seek to the next that is */
     for (i = 0; i < n; i++) {
         fp4_tensor *t = es[i].t;
+        if (!is_wanted(w, t->name)) {
+            skipped = 1;
+            continue;
+        }
+        if (skipped) {
+            st = fp4_io_src_seek(src, (long long)(8 + hlen + es[i].begin), err);
+            if (st) goto out;
+            skipped = 0;
+        }
         t->data = malloc(t->nbytes ? t->nbytes : 1);
         if (!t->data) {
             st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for tensor '%s' (%zu bytes)", path,
@@ -471,22 +499,40 @@ out:
     return st;
 }
 
-/* Read every tensor of a file (see io.h). */
-fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, fp4_err *err)
+/* Read the tensors of a file, the data of those w wants. */
+static fp4_status st_read_path(const char *path, const st_want *w, fp4_tensor **out, int *count,
+                               fp4_err *err)
 {
     fp4_io_src src;
     fp4_status st;
-    if (!path || !out || !count)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
     *out = NULL;
     *count = 0;
     memset(&src, 0, sizeof src);
     src.name = path;
     st = fp4_io_open_sized(path, &src.f, &src.size, err);
     if (st) return st;
-    st = st_read_src(&src, out, count, err);
+    st = st_read_src(&src, w, out, count, err);
     fclose(src.f);
     return st;
+}
+
+/* Read every tensor of a file (see io.h). */
+fp4_status fp4_safetensors_read(const char *path, fp4_tensor **out, int *count, fp4_err *err)
+{
+    const st_want all = {1, NULL, 0};
+    if (!path || !out || !count)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read: NULL argument");
+    return st_read_path(path, &all, out, count, err);
+}
+
+/* Read every tensor's header, and the data of those wanted (see io.h). */
+fp4_status fp4_safetensors_read_some(const char *path, const char *const *want, int nwant,
+                                     fp4_tensor **out, int *count, fp4_err *err)
+{
+    const st_want some = {0, want, nwant};
+    if (!path || !out || !count || nwant < 0 || (nwant > 0 && !want))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_read_some: bad argument");
+    return st_read_path(path, &some, out, count, err);
 }
 
 /* Read every tensor of a file held in memory (see io.h). */
@@ -494,6 +540,7 @@ fp4_status fp4_safetensors_parse(const void *buf, size_t len, const char *name, 
                                  int *count, fp4_err *err)
 {
     fp4_io_src src;
+    const st_want all = {1, NULL, 0};
     if (!out || !count || (!buf && len) || len > (size_t)INT64_MAX)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_safetensors_parse: bad argument");
     *out = NULL;
@@ -502,7 +549,7 @@ fp4_status fp4_safetensors_parse(const void *buf, size_t len, const char *name, 
     src.mem = buf;
     src.size = (long long)len;
     src.name = name ? name : "(memory)";
-    return st_read_src(&src, out, count, err);
+    return st_read_src(&src, &all, out, count, err);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -695,8 +742,8 @@ fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_sca
     return st_write(path, ts, n, meta, 2, err);
 }
 
-/* The F32 scalar (shape [] or [1]) named name into *v; FP4_ERR_DTYPE when it
- * has another dtype or shape. */
+/* The F32 scalar (shape [] or [1]) t into *v; FP4_ERR_DTYPE when it has
+ * another dtype or shape. */
 static fp4_status get_scalar(const fp4_tensor *t, const char *path, float *v, fp4_err *err)
 {
     if (t->dtype != FP4_DT_F32)
@@ -709,90 +756,258 @@ static fp4_status get_scalar(const fp4_tensor *t, const char *path, float *v, fp
     return FP4_OK;
 }
 
-/* Load a checkpoint written by fp4_nvfp4_save or ModelOpt. On failure *m is
- * all zero. */
-fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err)
+/* A global scale (weight_scale_2, input_scale) t into *v: an F32 scalar that
+ * is finite and positive, since it multiplies every value of its tensor. */
+static fp4_status get_global_scale(const fp4_tensor *t, const char *path, float *v, fp4_err *err)
 {
-    static const char *const need[] = {"weight", "weight_scale", "weight_scale_2"};
+    fp4_status st = get_scalar(t, path, v, err);
+    if (st) return st;
+    if (!isfinite(*v) || !(*v > 0.0f))
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' is %g, expected a finite positive number",
+                        path, t->name, (double)*v);
+    return FP4_OK;
+}
+
+/* Every byte of the block scales s [rows, K/16] must be a UE4M3 scale: not
+ * NaN (0x7F, 0xFF) and not negative. 0x80 is -0: zero under every reading
+ * (E4M3 or UE4M3), like 0x00, and the references take it so; it is kept. */
+static fp4_status check_scales(const fp4_tensor *s, const char *path, fp4_err *err)
+{
+    const uint8_t *b = s->data;
+    const size_t per_row = (size_t)s->shape[1]; /* >= 1: checked by the caller */
+    for (size_t i = 0; i < s->nbytes; i++) {
+        if ((b[i] & 0x7F) != 0x7F && b[i] <= 0x80) continue;
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has scale byte 0x%02X at [%zu, %zu]: %s", path,
+                        s->name, b[i], i / per_row, i % per_row,
+                        (b[i] & 0x7F) == 0x7F ? "NaN" : "negative (block scales are UE4M3, unsigned)");
+    }
+    return FP4_OK;
+}
+
+/* ---- NVFP4 layers ------------------------------------------------------------------ */
+
+/* The tensors of one layer, in the order of layer_suffix. */
+enum { PART_WEIGHT, PART_SCALE, PART_SCALE_2, PART_INPUT_SCALE, LAYER_PARTS };
+static const char *const layer_suffix[LAYER_PARTS] = {"weight", "weight_scale", "weight_scale_2",
+                                                      "input_scale"};
+#define SCALE_SUFFIX_LEN 12 /* strlen("weight_scale") */
+
+/* The full names of layer prefix's tensors (prefix NULL or "": the bare
+ * suffixes). FP4_ERR_INVALID_ARG when they would break the name rule; the
+ * prefix is echoed only when it prints. */
+static fp4_status layer_names(const char *prefix, char names[LAYER_PARTS][FP4_TENSOR_NAME_LEN],
+                              fp4_err *err)
+{
+    char longest[2 * FP4_TENSOR_NAME_LEN];
+    const char *why;
+    if (!prefix || !prefix[0]) {
+        for (int i = 0; i < LAYER_PARTS; i++) snprintf(names[i], FP4_TENSOR_NAME_LEN, "%s", layer_suffix[i]);
+        return FP4_OK;
+    }
+    if (strnlen(prefix, FP4_TENSOR_NAME_LEN) >= FP4_TENSOR_NAME_LEN)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "layer name longer than %d bytes", FP4_TENSOR_NAME_LEN - 1);
+    snprintf(longest, sizeof longest, "%s.%s", prefix, layer_suffix[PART_SCALE_2]);
+    why = fp4_tensor_name_problem(longest);
+    if (why && fp4_tensor_name_problem(prefix) == NULL)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "layer '%s': its tensor name '%s' %s", prefix, longest,
+                        why);
+    if (why) return fp4_fail(err, FP4_ERR_INVALID_ARG, "a layer name %s", fp4_tensor_name_problem(prefix));
+    for (int i = 0; i < LAYER_PARTS; i++)
+        snprintf(names[i], FP4_TENSOR_NAME_LEN, "%s.%s", prefix, layer_suffix[i]);
+    return FP4_OK;
+}
+
+/* Append s[0..len), quoted, to the list in buf (cap bytes), after ", ". */
+static void list_add(char *buf, size_t cap, const char *s, size_t len)
+{
+    size_t used = strlen(buf);
+    if (used + 1 < cap) snprintf(buf + used, cap - used, "%s'%.*s'", used ? ", " : "", (int)len, s);
+}
+
+/* Length of the common beginning of a and b. */
+static size_t common_length(const char *a, const char *b)
+{
+    size_t i = 0;
+    while (a[i] && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The length of the layer prefix of t (a tensor "<prefix>.weight_scale" of
+ * dtype F8_E4M3), or -1 when t is no layer's block scales or has no prefix. */
+static long layer_stem(const fp4_tensor *t)
+{
+    size_t len = strlen(t->name);
+    if (t->dtype != FP4_DT_F8_E4M3 || len < SCALE_SUFFIX_LEN + 2) return -1;
+    if (strcmp(t->name + len - SCALE_SUFFIX_LEN, "weight_scale") != 0) return -1;
+    if (t->name[len - SCALE_SUFFIX_LEN - 1] != '.') return -1;
+    return (long)(len - SCALE_SUFFIX_LEN - 1);
+}
+
+#define MISSING_SHOWN 3 /* names listed in a missing-tensor message */
+
+/* Keep layer i (its score: the length of its name's common beginning with
+ * the prefix) among the best MISSING_SHOWN in near[], by descending score,
+ * ties in file order; shown counts the layers kept so far. */
+static void keep_nearest(int i, size_t score, int near[MISSING_SHOWN], size_t near_score[MISSING_SHOWN],
+                         int *shown)
+{
+    int at = *shown;
+    while (at > 0 && near_score[at - 1] < score) at--;
+    if (at == MISSING_SHOWN) return;
+    for (int j = (*shown < MISSING_SHOWN ? *shown : MISSING_SHOWN - 1); j > at; j--) {
+        near[j] = near[j - 1];
+        near_score[j] = near_score[j - 1];
+    }
+    near[at] = i;
+    near_score[at] = score;
+    if (*shown < MISSING_SHOWN) (*shown)++;
+}
+
+/* Say that tensor names[missing] of layer prefix is not among path's tensors
+ * ts[0..n), with what is there instead: the layer's other tensors; else the
+ * layers whose names begin "<prefix>."; else the file's NVFP4 layers nearest
+ * to prefix (the longest common beginning, ties in file order). */
+static fp4_status missing_tensor(const char *path, const char *prefix,
+                                 const char names[LAYER_PARTS][FP4_TENSOR_NAME_LEN], int missing,
+                                 const fp4_tensor *ts, int n, fp4_err *err)
+{
+    char list[FP4_ERR_MSG_LEN / 2] = "";
+    const int bare = !prefix || !prefix[0];
+    const size_t plen = bare ? 0 : strlen(prefix);
+    int parts = 0, below = 0, layers = 0, shown = 0, near[MISSING_SHOWN];
+    size_t near_score[MISSING_SHOWN];
+
+    for (int i = 0; i < LAYER_PARTS; i++)
+        if (fp4_tensor_find(ts, n, names[i])) {
+            list_add(list, sizeof list, layer_suffix[i], strlen(layer_suffix[i]));
+            parts++;
+        }
+    if (parts)
+        return fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s' (an NVFP4 layer has weight, weight_scale, "
+                        "weight_scale_2; %s%s%s has only %s)", path, names[missing], bare ? "this file" : "'",
+                        bare ? "" : prefix, bare ? "" : "'", list);
+
+    for (int i = 0; i < n; i++) {
+        long stem = layer_stem(&ts[i]);
+        if (stem < 0) continue;
+        layers++;
+        if (!bare && (size_t)stem > plen + 1 && strncmp(ts[i].name, prefix, plen) == 0 &&
+            ts[i].name[plen] == '.') {
+            if (below++ < MISSING_SHOWN)
+                list_add(list, sizeof list, ts[i].name + plen + 1, (size_t)stem - plen - 1);
+            continue;
+        }
+        if (!below) {
+            size_t score = bare ? 0 : common_length(ts[i].name, prefix);
+            keep_nearest(i, score < (size_t)stem ? score : (size_t)stem, near, near_score, &shown);
+        }
+    }
+    if (below)
+        return fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s': '%s' is no layer; the layers under it: %s%s",
+                        path, names[missing], prefix, list, below > MISSING_SHOWN ? ", ..." : "");
+    if (layers == 0 && !bare && fp4_tensor_find(ts, n, layer_suffix[PART_SCALE]))
+        return fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s': the file holds one layer, under the bare "
+                        "names (weight, weight_scale, ...), read without a layer name", path, names[missing]);
+    if (layers == 0)
+        return fp4_fail(err, FP4_ERR_NOT_FOUND,
+                        "%s: no tensor '%s' (an NVFP4 layer has weight, weight_scale, weight_scale_2), and no "
+                        "layer with a name prefix either (an F8_E4M3 '<prefix>.weight_scale')", path,
+                        names[missing]);
+    for (int j = 0; j < shown; j++)
+        list_add(list, sizeof list, ts[near[j]].name, (size_t)layer_stem(&ts[near[j]]));
+    return fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s'; the file has %d NVFP4 layer%s, %s %s%s", path,
+                    names[missing], layers, layers == 1 ? "" : "s", bare ? "such as" : "the nearest:", list,
+                    layers > MISSING_SHOWN ? ", ..." : "");
+}
+
+/* Load one layer of a checkpoint (see io.h). */
+fp4_status fp4_nvfp4_load_layer(const char *path, const char *prefix, fp4_matrix *m, float *input_scale,
+                                fp4_err *err)
+{
+    char names[LAYER_PARTS][FP4_TENSOR_NAME_LEN];
+    const char *want[LAYER_PARTS];
+    const fp4_tensor *part[LAYER_PARTS];
+    const fp4_tensor *w, *s;
     fp4_status st;
     fp4_tensor *ts = NULL;
-    const fp4_tensor *w, *s, *g, *in;
     int n = 0;
-    float gs, is;
+    float gs, is = -1.0f;
     int64_t rows, k;
     fp4_matrix tmp;
 
-    if (!path || !m) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_nvfp4_load: NULL argument");
+    if (!path || !m) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_nvfp4_load_layer: NULL argument");
     memset(m, 0, sizeof *m);
-    st = fp4_safetensors_read(path, &ts, &n, err);
+    if (input_scale) *input_scale = -1.0f;
+    if ((st = layer_names(prefix, names, err)) != FP4_OK) return st;
+    for (int i = 0; i < LAYER_PARTS; i++) want[i] = names[i];
+    st = fp4_safetensors_read_some(path, want, LAYER_PARTS, &ts, &n, err);
     if (st) return st;
 
-    for (int i = 0; i < 3; i++) {
-        if (!fp4_tensor_find(ts, n, need[i])) {
-            st = fp4_fail(err, FP4_ERR_NOT_FOUND, "%s: no tensor '%s' (an NVFP4 checkpoint has weight, "
-                          "weight_scale, weight_scale_2)", path, need[i]);
+    for (int i = 0; i < LAYER_PARTS; i++) {
+        part[i] = fp4_tensor_find(ts, n, names[i]);
+        if (!part[i] && i != PART_INPUT_SCALE) {
+            st = missing_tensor(path, prefix, names, i, ts, n, err);
             goto out;
         }
     }
-    w = fp4_tensor_find(ts, n, "weight");
-    s = fp4_tensor_find(ts, n, "weight_scale");
-    g = fp4_tensor_find(ts, n, "weight_scale_2");
-    in = fp4_tensor_find(ts, n, "input_scale");
+    w = part[PART_WEIGHT];
+    s = part[PART_SCALE];
 
     if (w->dtype != FP4_DT_U8) {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight' has dtype %s, expected U8", path,
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected U8", path, w->name,
                       fp4_dtype_name(w->dtype));
         goto out;
     }
     if (s->dtype != FP4_DT_F8_E4M3) {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight_scale' has dtype %s, expected F8_E4M3", path,
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected F8_E4M3", path, s->name,
                       fp4_dtype_name(s->dtype));
         goto out;
     }
     if (w->ndim != 2 || s->ndim != 2) {
         st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has %d dimensions, expected 2", path,
-                      w->ndim != 2 ? "weight" : "weight_scale", w->ndim != 2 ? w->ndim : s->ndim);
+                      w->ndim != 2 ? w->name : s->name, w->ndim != 2 ? w->ndim : s->ndim);
         goto out;
     }
     rows = w->shape[0];
     if (s->shape[0] != rows) {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor 'weight_scale' has %lld rows, 'weight' has %lld", path,
-                      (long long)s->shape[0], (long long)rows);
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: tensor '%s' has %lld rows, '%s' has %lld", path, s->name,
+                      (long long)s->shape[0], w->name, (long long)rows);
         goto out;
     }
     /* shapes come from the file (<= 2^53), so these products do not overflow */
     if (w->shape[1] * 2 != s->shape[1] * FP4_BLOCK) {
         st = fp4_fail(err, FP4_ERR_DTYPE,
-                      "%s: 'weight' [%lld, %lld] (K = %lld) and 'weight_scale' [%lld, %lld] (K = %lld) disagree",
-                      path, (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[1] * 2,
-                      (long long)s->shape[0], (long long)s->shape[1], (long long)s->shape[1] * FP4_BLOCK);
+                      "%s: '%s' [%lld, %lld] (K = %lld) and '%s' [%lld, %lld] (K = %lld) disagree", path,
+                      w->name, (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[1] * 2,
+                      s->name, (long long)s->shape[0], (long long)s->shape[1],
+                      (long long)s->shape[1] * FP4_BLOCK);
         goto out;
     }
     k = w->shape[1] * 2;
     if (rows < 1 || k < FP4_BLOCK || k % FP4_BLOCK != 0) {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: 'weight' [%lld, %lld] is no NVFP4 matrix (N >= 1, K >= 16, "
-                      "K %% 16 == 0 needed)", path, (long long)w->shape[0], (long long)w->shape[1]);
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: '%s' [%lld, %lld] is no NVFP4 matrix (N >= 1, K >= 16, "
+                      "K %% 16 == 0 needed)", path, w->name, (long long)w->shape[0], (long long)w->shape[1]);
         goto out;
     }
-    st = get_scalar(g, path, &gs, err);
-    if (st) goto out;
-    if (!isfinite(gs) || gs < 0.0f) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: weight_scale_2 is %g, expected a finite non-negative number",
-                      path, (double)gs);
+    if ((st = check_scales(s, path, err)) != FP4_OK) goto out;
+    if ((st = get_global_scale(part[PART_SCALE_2], path, &gs, err)) != FP4_OK) goto out;
+    if (part[PART_INPUT_SCALE] && (st = get_global_scale(part[PART_INPUT_SCALE], path, &is, err)) != FP4_OK)
         goto out;
-    }
-    if (in) {
-        st = get_scalar(in, path, &is, err);
-        if (st) goto out;
-    }
     st = fp4_matrix_alloc(&tmp, rows, k, err);
     if (st) goto out;
     memcpy(tmp.codes, w->data, w->nbytes);
     memcpy(tmp.scales, s->data, s->nbytes);
     tmp.global_scale = gs;
     *m = tmp;
+    if (input_scale) *input_scale = is;
 out:
     for (int i = 0; i < n; i++) fp4_tensor_free(&ts[i]);
     free(ts);
     return st;
+}
+
+/* Load a checkpoint of one layer under the bare names (see io.h). */
+fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err)
+{
+    return fp4_nvfp4_load_layer(path, NULL, m, NULL, err);
 }

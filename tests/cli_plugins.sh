@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# External backends (--plugin) through the program: list shows them with
+# whether they can run here; run and gemm run them, verified; the loader
+# refuses a wrong ABI, a missing entry symbol and a built-in's name. The
+# plugins are the ones tests/CMakeLists.txt builds (tests/plugins/);
+# plugin_good calls libfp4 (fp4_fail, fp4_matrix_get, ...), so it loads only
+# into a program that exports the library.
+source "$(dirname "$0")/lib_cli.sh"
+
+GOOD=$TOOLS/libfp4_plugin_good.so
+GPU=$TOOLS/libfp4_plugin_gpu.so
+if [ ! -e "$GOOD" ]; then
+    echo "no $GOOD: the test plugins were not built; skipped" >&2
+    exit 77
+fi
+
+# list: the plugin's backend beside the built-in ones, with can-run / why
+expect 0 "^plugin-good +yes +example plugin" -- "$FP4" list --plugin "$GOOD"
+grep -q "(plugin $GOOD)" "$TMP/out" || fail "list does not say where plugin-good comes from: $(cat "$TMP/out")"
+grep -qE "^cpu-ref +yes" "$TMP/out" || fail "list --plugin dropped the built-in backends: $(cat "$TMP/out")"
+checks=$((checks + 2))
+expect 0 "^1 2048 6144 moe-up" -- "$FP4" list --plugin "$GOOD" --preset sweep-m
+expect 3 "libfp4_plugin_oldabi.so: backend API version 0, this fp4bench speaks version [0-9]+" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_oldabi.so"
+expect 3 "libfp4_plugin_nosym.so has no symbol fp4_backend_entry" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_nosym.so"
+expect 3 "libfp4_plugin_clash.so: its backend is named 'cpu-ref', as a built-in backend is" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_clash.so"
+expect 3 "cannot load plugin $TMP/none.so" -- "$FP4" list --plugin "$TMP/none.so"
+expect 2 "--plugin: a backend named 'plugin-good' is already loaded" -- "$FP4" list --plugin "$GOOD" --plugin "$GOOD"
+
+# run: the plugin's backend picked by name, verified, timed
+expect 0 "plugin-good" -- "$FP4" run --plugin "$GOOD" --backend plugin-good --shape 4x24x32,3x40x48 --quiet --max-time 0.5
+rows=$(grep -cE "^custom .*plugin-good .*ok " "$TMP/out")
+[ "$rows" -eq 2 ] || fail "run --backend plugin-good: $rows of 2 rows verified: $(cat "$TMP/out")"
+grep -qE "^custom .*cpu-ref " "$TMP/out" && fail "run --backend plugin-good also ran cpu-ref: $(cat "$TMP/out")"
+checks=$((checks + 2))
+# a shape the plugin's supports() refuses is a row saying why, not a failure
+expect 0 "" -- "$FP4" run --plugin "$GOOD" --backend plugin-good --shape 4096x4096x4096 --quiet --verbose
+grep -qE "^custom .*plugin-good .*unsupported.*too slow for a CPU example" "$TMP/out" ||
+    fail "plugin-good's unsupported shape: $(cat "$TMP/out")"
+checks=$((checks + 1))
+expect 0 "plugin-good" -- "$FP4" run --plugin "$GOOD" --backend plugin-good,cpu-ref --shape 16x64x64 --quiet --max-time 0.5
+grep -qE "^custom .*cpu-ref " "$TMP/out" || fail "run --backend plugin-good,cpu-ref lacks cpu-ref: $(cat "$TMP/out")"
+checks=$((checks + 1))
+
+# gemm: the only plugin is the default backend; its D is checked like any
+"$MKFILE" nvfp4 7 96 1 "$TMP/a.safetensors"
+"$MKFILE" nvfp4 33 96 2 "$TMP/b.safetensors"
+expect 0 "backend plugin-good" -- "$FP4" gemm --plugin "$GOOD" --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+grep -q "verified against cpu-ref: ok" "$TMP/out" || fail "gemm --plugin not verified: $(cat "$TMP/out")"
+checks=$((checks + 1))
+expect 0 "^PASS" -- "$FP4" check --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --d "$TMP/d.npy"
+expect 0 "backend cpu-ref" -- "$FP4" gemm --plugin "$GOOD" --backend cpu-ref --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 0 "backend plugin-good" -- "$FP4" gemm --backend plugin-good --plugin "$GOOD" --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 2 "--backend: unknown backend 'nope'" -- "$FP4" gemm --plugin "$GOOD" --backend nope --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 2 "--backend: unknown backend 'plugin-good'" -- "$FP4" gemm --backend plugin-good --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+expect 3 "API version 0" -- "$FP4" gemm --plugin "$TOOLS/libfp4_plugin_oldabi.so" --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
+
+# the GPU example (built with CUDA): listed everywhere; where it can run, it
+# is verified (odd copies against -R, in CUDA graphs) and gemm's D checked
+if [ -e "$GPU" ]; then
+    expect 0 "^plugin-gpu +(yes|no) " -- "$FP4" list --plugin "$GPU"
+    if grep -qE "^plugin-gpu +yes" "$TMP/out"; then
+        expect 0 "plugin-gpu" -- "$FP4" run --plugin "$GPU" --backend plugin-gpu,cuda-ref --shape 16x2048x6144,1x1x16,37x131x2880,1048600x3x16 --quiet --max-time 1
+        rows=$(grep -cE "^custom .*plugin-gpu .*ok " "$TMP/out")
+        [ "$rows" -eq 4 ] || fail "plugin-gpu: $rows of 4 rows verified: $(cat "$TMP/out")"
+        checks=$((checks + 1))
+        expect 0 "backend plugin-gpu" -- "$FP4" gemm --plugin "$GPU" --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/dg.npy"
+        grep -q "verified against cpu-ref: ok" "$TMP/out" || fail "gemm --plugin plugin-gpu not verified: $(cat "$TMP/out")"
+        checks=$((checks + 1))
+    else
+        grep -qE "unsupported: " "$TMP/out" || fail "plugin-gpu cannot run here but says not why: $(cat "$TMP/out")"
+        checks=$((checks + 1))
+    fi
+fi
+
+finish
