@@ -75,6 +75,12 @@ typedef struct fp4_settings {
 
 void fp4_settings_default(fp4_settings *s);
 
+/* A reproducible random [rows, cols] NVFP4 operand of the given kind: the
+ * bytes the engine makes from seed (src/bench/inputs.c; --data says what each
+ * kind is). */
+fp4_status fp4_make_operand(fp4_data_kind kind, int64_t rows, int64_t cols, uint64_t seed,
+                            fp4_matrix *out, fp4_err *err);
+
 /* ---- ceilings ------------------------------------------------------------------ */
 
 /* The coldness check, once per run (fp4_engine_create, GPU only): a read of

@@ -1,0 +1,119 @@
+"""The JSON the package writes is the CLI's schema: it reads back with the
+package and with `fp4bench compare`, and the package reads the CLI's files."""
+
+from __future__ import annotations
+
+import json
+import math
+import unittest
+
+from _util import TmpDir, run
+
+from fp4bench import report as rp
+from fp4bench.stats import Stats, compute
+
+
+def gpu_row(label: str, m: int, backend: str, median: float) -> rp.Row:
+    s = compute([median * f for f in (0.999, 1.0, 1.001, 1.0, 0.9995, 1.0005, 1.0, 1.0, 1.0,
+                                      1.0)])
+    return rp.Row(label=label, m=m, n=2048, k=6144, backend=backend, l2="cold", timing="graph",
+                  copies=21, batch=84, rotation_bytes=1.5e8, time_us=s, verified=1,
+                  verify_note="max 0.003 norm 0.001 vs cuda-ref", err_max=0.003, err_norm=0.001,
+                  flops=2.0 * m * 2048 * 6144, bytes=7.2e6, tflops=1.0, gbps=700.0,
+                  floor_us=1.5, pct_roofline=20.0, pct_peak=-1.0, ratio=(1.5, 1.4, 1.6),
+                  telemetry={"sm_clock_mhz": 1980.0, "sm_clock_min_mhz": 1965.0,
+                             "mem_clock_mhz": 3201.0, "power_w": 350.5, "temp_c": 41.0,
+                             "throttle_reasons": (1 << 60) + 4, "low_clock_samples": 0})
+
+
+def report(rows: list[rp.Row]) -> rp.Report:
+    r = rp.Report(version="0.1.0", commit="abc", started="2026-01-02T03:04:05Z", host="h",
+                  command="python x.py")
+    r.device.update(present=True, name="NVIDIA H200", cc_major=9, cc_minor=0, sms=132,
+                    l2_bytes=52428800.0, mem_bytes=1.5e11, driver_version=13000,
+                    runtime_version=12080, peak_bw_gbps=4800)
+    r.settings.update(seed=(1 << 63) + 5, order_seed=(1 << 64) - 59, baseline="cublas-bf16",
+                      keep_samples=True)
+    r.rows = rows
+    return r
+
+
+class JsonRoundTrip(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = TmpDir()
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def test_package_round_trip(self) -> None:
+        rows = [gpu_row("moe-up", 16, "fp4-sm90", 7.123456789012345),
+                gpu_row("attn-tp8 é", 64, "cublas-bf16", 12.5)]
+        rows[0].samples_us = [7.1, 7.2, math.nan]
+        rows.append(rp.Row(label="x", m=1, n=1, k=16, backend="sgl", state="FAILED",
+                           reason="verification: copy 1: output is all zeros"))
+        rows.append(rp.Row(label="L" * 80, m=2, n=3, k=32, backend="fi-cudnn",
+                           state="unsupported", reason="sm_120 ✓" * 100))
+        r = report(rows)
+        path = self.tmp / "r.json"
+        r.write_json(path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        self.assertNotIn("NaN", text)
+        self.assertNotIn("Infinity", text)
+        doc = json.loads(text)
+        self.assertEqual(doc["settings"]["seed"], str((1 << 63) + 5))
+        self.assertEqual(doc["rows"][0]["telemetry"]["throttle_reasons"], str((1 << 60) + 4))
+        self.assertIsNone(doc["rows"][2]["time_us"]["median"])
+        self.assertEqual(len(doc["rows"][3]["label"].encode()), 63)
+        self.assertLessEqual(len(doc["rows"][3]["reason"].encode()), 383)
+        back = rp.read_json(path)
+        self.assertEqual(back.settings["seed"], (1 << 63) + 5)
+        self.assertEqual(back.rows[0].time_us.median, rows[0].time_us.median)
+        self.assertEqual(back.rows[0].ratio, (1.5, 1.4, 1.6))
+        self.assertEqual(back.rows[1].label, "attn-tp8 é")
+        self.assertTrue(math.isnan(back.rows[0].samples_us[2]))
+        self.assertTrue(math.isnan(back.rows[2].time_us.median))
+        self.assertEqual(back.rows[0].telemetry["throttle_reasons"], (1 << 60) + 4)
+        # the C reader: compare a file with itself
+        p = run("compare", path, path)
+        self.assertIn("4 matched", p.stdout)
+        self.assertIn("0 regressions", p.stdout)
+        self.assertEqual(p.stderr, "")
+
+    def test_compare_sees_a_regression(self) -> None:
+        old = report([gpu_row("moe-up", 16, "fp4-sm90", 7.0), gpu_row("moe-up", 16, "x", 9.0)])
+        new = report([gpu_row("moe-up", 16, "fp4-sm90", 10.5), gpu_row("moe-up", 16, "x", 9.0)])
+        old.write_json(self.tmp / "old.json")
+        new.write_json(self.tmp / "new.json")
+        p = run("compare", self.tmp / "old.json", self.tmp / "new.json", check_rc=1)
+        self.assertRegex(p.stdout, r"fp4-sm90 +moe-up +16x2048x6144 .* slower")
+        self.assertIn("1 regression", p.stdout)
+
+    def test_reads_cli_json(self) -> None:
+        path = self.tmp / "cli.json"
+        run("run", "--backend", "cpu-ref", "--shape", "4x24x32,2x16x16", "--quiet",
+            "--warmup-ms", "0", "--max-time", "0.1", "--samples", "--json", path)
+        r = rp.read_json(path)
+        self.assertEqual([(x.m, x.n, x.k) for x in r.rows], [(4, 24, 32), (2, 16, 16)])
+        self.assertEqual(r.rows[0].verified, -1)
+        self.assertEqual(r.rows[0].time_us.count, len(r.rows[0].samples_us))
+        self.assertIsInstance(r.settings["order_seed"], int)
+        # and writes it back in a form the CLI still reads, unchanged
+        r.write_json(self.tmp / "again.json")
+        p = run("compare", path, self.tmp / "again.json")
+        self.assertIn("2 matched", p.stdout)
+        self.assertEqual(p.stderr, "")
+        self.assertEqual(rp.read_json(self.tmp / "again.json").rows[1].time_us.median,
+                         r.rows[1].time_us.median)
+
+    def test_refuses_other_schemas(self) -> None:
+        with self.assertRaises(rp.FormatError):
+            rp.parse_json('{"schema_version": 2, "rows": []}')
+        with self.assertRaises(rp.FormatError):
+            rp.parse_json('{"schema_version": 1, "rows": [{"label": "x"}]}')
+        self.assertEqual(rp.parse_json('{"schema_version": 1, "rows": []}').rows, [])
+        self.assertEqual(Stats().count, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
