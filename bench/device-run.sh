@@ -355,6 +355,7 @@ bad = 0
 for key in sorted(a):
     ra, rb = a[key], b.get(key)
     if not rb or ra["state"] != "ok" or rb["state"] != "ok": continue
+    if not ra["time_us"]["count"] or not rb["time_us"]["count"]: continue  # verified, not timed
     ma, mb = ra["time_us"]["median"], rb["time_us"]["median"]
     if ma is None or mb is None: continue
     d = abs(mb / ma - 1)

@@ -148,8 +148,8 @@ extern "C" fp4_status fp4_gpu_l2_flush(const void *buf, size_t bytes, unsigned *
 
 /* ---- the coldness check ------------------------------------------------------------------ */
 
-#define L2_CHECK_BUFFERS 13 /* quarters of L2: the rotation spans 3.25x L2 */
-#define L2_CHECK_READS 4    /* buffer reads in one timed kernel (a whole L2) */
+#define L2_CHECK_BUFFERS 20 /* quarters of L2: the rotation spans 5x L2 */
+#define L2_CHECK_READS 8    /* buffer reads in one timed kernel (2x L2: its fixed costs weigh little) */
 #define L2_CHECK_REPS 9     /* timed kernels per mode; the median is kept */
 
 typedef struct l2_read_list {
@@ -223,7 +223,7 @@ extern "C" fp4_status fp4_gpu_l2_check(double l2_bytes, cudaStream_t stream,
     for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++)
         st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &hot[r], err);
     /* rotated: each read the next of the buffers, as rows cycle their copies;
-     * from buffer 1, so that buffer 0 (hot just now) comes 12 reads later */
+     * from buffer 1, so that buffer 0 (hot just now) comes 19 reads later */
     next = 1;
     for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++) {
         for (int i = 0; i < L2_CHECK_READS; i++) {
@@ -232,9 +232,8 @@ extern "C" fp4_status fp4_gpu_l2_check(double l2_bytes, cudaStream_t stream,
         }
         st = timed_reads(&list, buf_bytes, sink, grid, stream, ev0, ev1, &rotated[r], err);
     }
-    /* flushed: read buffers 4..12 (2.25x L2), then 0..3 once each; the
-     * same count of reads in every mode, so each kernel's fixed costs weigh
-     * alike */
+    /* flushed: read buffers 8..19 (3x L2), then 0..7 once each; the same
+     * count of reads in every mode, so each kernel's fixed costs weigh alike */
     for (int i = 0; i < L2_CHECK_READS; i++) list.buf[i] = (const uint4 *)(pool + (size_t)i * buf_bytes);
     for (int r = 0; r < L2_CHECK_REPS && st == FP4_OK; r++) {
         if ((st = l2_read(pool + L2_CHECK_READS * buf_bytes,

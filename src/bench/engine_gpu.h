@@ -49,8 +49,9 @@ int fp4_gpu_gate_timed_out(const fp4_gpu_gate *g);
 fp4_status fp4_gpu_l2_flush(const void *buf, size_t bytes, unsigned *sink, cudaStream_t stream,
                             fp4_err *err);
 
-/* The coldness check: a buffer of l2_bytes/4 read hot, rotated among enough
- * such buffers to span >= 3x L2, and right after a flush; GB/s medians. */
+/* The coldness check: buffers of l2_bytes/4 read eight at a time, hot (one
+ * buffer eight times), rotated (the next eight of twenty, 5x L2) and right
+ * after a flush (eight buffers after the twelve others); GB/s medians. */
 typedef struct fp4_l2_check_result {
     double buffer_bytes, rotation_bytes;
     double hot_gbps, rotated_gbps, flushed_gbps;
