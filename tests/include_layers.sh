@@ -27,9 +27,9 @@ layer_of() {
     include/fp4/io.h) echo io ;;
     include/fp4/reference.h) echo reference ;;
     include/fp4/moe.h) echo moe ;;
-    include/fp4/backend.h) echo backends ;;
+    include/fp4/backend.h | include/fp4/moe_backend.h) echo backends ;;
     include/fp4/shapes.h) echo shapes ;;
-    include/fp4/stats.h | include/fp4/device.h | include/fp4/engine.h) echo bench ;;
+    include/fp4/stats.h | include/fp4/device.h | include/fp4/engine.h | include/fp4/moe_engine.h) echo bench ;;
     include/fp4/report.h) echo report ;;
     *) echo unknown ;;
     esac

@@ -135,6 +135,39 @@ typedef struct fp4_telemetry {
     int power_cap_samples, thermal_samples, hw_slowdown_samples;
 } fp4_telemetry;
 
+/* What a row of `fp4bench moe` adds (fp4/moe_engine.h, docs/MOE.md): the
+ * layer, the step, the routing and the traffic. present 0: a GEMM row. */
+#define FP4_MOE_ROW_STEPS 16 /* per-step times a layer row keeps */
+typedef struct fp4_moe_step_time {
+    char name[FP4_NAME_LEN]; /* "route", "gate_up", "act_quant", "down", ... */
+    double us;     /* median microseconds of the step alone, per call */
+} fp4_moe_step_time;
+
+typedef struct fp4_row_moe {
+    int present;
+    char model[24];   /* preset name, or "custom" */
+    char act[16];     /* "silu", "swiglu-oai" */
+    char step[16];    /* "gate_up", "down", "layer" */
+    char mode[8];     /* "w4a4", "w4a16" */
+    char routing[64]; /* fp4_moe_route_describe, e.g. "skewed(s=1.2,seed=7)" */
+    int64_t hidden, inter; /* H, and I on one tensor-parallel rank */
+    int experts, top_k, tp;
+    int64_t tokens;        /* T */
+    int active_experts;    /* experts with >= 1 pair */
+    int tokens_min, tokens_max;        /* pairs per expert over all E (idle: 0) */
+    double tokens_median, tokens_mean; /* the same; mean = T*k/E */
+    /* NVFP4 bytes of the weights the step reads: only experts with >= 1 pair
+     * (fp4_moe_weight_bytes), whatever format the backend reads them in */
+    double weight_bytes;
+    double tokens_per_s;  /* T / median */
+    double pct_bandwidth; /* 100 * gbps / the measured read bandwidth (< 0: unknown) */
+    /* output rows verified against the exact reference, of verify_rows_total
+     * (fewer when the full reference would take too long: a sample) */
+    int64_t verify_rows, verify_rows_total;
+    int nsteps;
+    fp4_moe_step_time steps[FP4_MOE_ROW_STEPS];
+} fp4_row_moe;
+
 typedef struct fp4_row {
     char label[FP4_LABEL_LEN];
     fp4_shape shape;
@@ -176,6 +209,8 @@ typedef struct fp4_row {
     double ratio, ratio_lo, ratio_hi; /* baseline time / this time, median and 95% CI */
 
     fp4_telemetry tel;
+
+    fp4_row_moe moe; /* rows of fp4bench moe; moe.present 0 otherwise */
 } fp4_row;
 
 /* The results of a run: where and how it measured, and its rows. */
@@ -274,6 +309,40 @@ typedef struct fp4_verdict {
 } fp4_verdict;
 void fp4_compare_outputs(const float *d, const float *r, size_t n, double tol_max,
                          double tol_norm, fp4_verdict *v);
+
+/* ---- timing prepared plans (the MoE engine, fp4/moe_engine.h) ------------------------- */
+
+/* The engine's stream (a cudaStream_t; NULL without a GPU): where plans are
+ * run, poisoned and read by a caller that verifies them itself. */
+void *fp4_engine_stream(fp4_engine *e);
+
+/* One prepared plan behind a GEMM-style table, timed by the rows' rules. */
+typedef struct fp4_timed_plan {
+    /* name (messages), flags (FP4_BACKEND_GPU: on the engine's stream), run
+     * and poison; nothing else is called, the plan is not released */
+    const fp4_backend_ops *ops;
+    void *plan;
+    /* in: copies (>= 1) and state (only FP4_ROW_OK rows are timed); out:
+     * timing, batch, t, t_launch, samples (owned by the row), timed_out,
+     * interrupted, tel, verified_copies, the ratio against the baseline, and
+     * state / reason when it failed */
+    fp4_row *row;
+    /* Optional: after timing, every copy is poisoned, the timed graph (or one
+     * batch of plain launches) replayed once and check(check_user, copy)
+     * called for every copy, copy 0 last; a failure makes the row FAILED. */
+    fp4_status (*check)(void *check_user, int copy, fp4_err *err);
+    void *check_user;
+} fp4_timed_plan;
+
+/* Time n plans interleaved in shuffled rounds exactly as fp4_engine_run_case
+ * times its verified backends (batches over every copy in CUDA graphs behind
+ * the stream gate, warm-up, the stopping rule, telemetry, Ctrl-C), the round
+ * order seeded with order_key; then the checks after timing; then each row's
+ * paired ratio against plans[baseline] (baseline < 0: none). Nothing is
+ * timed under verify_only. Returns an error only for failures of the engine
+ * itself; a plan that fails becomes a FAILED row. */
+fp4_status fp4_engine_time_plans(fp4_engine *e, fp4_timed_plan *plans, int n,
+                                 const fp4_shape *order_key, int baseline, fp4_err *err);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,9 @@ fp4_status fp4_report_parse_json(const char *text, size_t len, const char *name,
 /* CSV: header once, then one line per row, flushed. */
 fp4_status fp4_csv_write_header(FILE *f, fp4_err *err);
 fp4_status fp4_csv_write_row(FILE *f, const fp4_row *row, fp4_err *err);
+/* The header of fp4bench moe's CSV: the columns above, then the MoE ones
+ * (docs/JSON.md), which fp4_csv_write_row writes for rows with moe.present. */
+fp4_status fp4_csv_write_header_moe(FILE *f, fp4_err *err);
 
 /* compare OLD NEW: per (backend, shape, label, l2) ratio new/old of medians
  * with a verdict: "faster", "slower", "same" (within noise or threshold),

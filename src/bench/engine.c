@@ -1034,11 +1034,15 @@ static fp4_status prepare_slot(fp4_engine *e, slot *s, void *inst, fp4_err *err)
     }
 }
 
+/* How one copy's output is checked after timing (check_copy for GEMM rows,
+ * the MoE engine's own check for its rows). */
+typedef fp4_status (*copy_check_fn)(void *user, int copy, fp4_err *err);
+
 /* After timing: poison every copy, replay what was timed once (the captured
- * graph, or one batch of plain launches), and verify every copy, so the
+ * graph, or one batch of plain launches), and check every copy, so the
  * result of each copy the timing rotated through is checked, not one
  * computed apart from it. */
-static fp4_status verify_after_timing(fp4_engine *e, slot *s, float *d, uint64_t seed,
+static fp4_status verify_after_timing(fp4_engine *e, slot *s, copy_check_fn check, void *user,
                                       fp4_err *err)
 {
     fp4_status st = FP4_OK;
@@ -1058,9 +1062,23 @@ static fp4_status verify_after_timing(fp4_engine *e, slot *s, float *d, uint64_t
     if ((st = sync_slot(e, s, err)) != FP4_OK) return st;
     /* keep the verdict of copy 0 for the row (the note): check it last */
     for (int c = s->row.copies - 1; c >= 0; c--)
-        if ((st = check_copy(e, s, c, d, seed, err)) != FP4_OK) return st;
+        if ((st = check(user, c, err)) != FP4_OK) return st;
     s->row.verified_copies = s->row.copies;
     return FP4_OK;
+}
+
+/* check_copy as a copy_check_fn */
+typedef struct gemm_check {
+    fp4_engine *e;
+    slot *s;
+    float *d;
+    uint64_t seed;
+} gemm_check;
+
+static fp4_status gemm_check_copy(void *user, int copy, fp4_err *err)
+{
+    gemm_check *g = user;
+    return check_copy(g->e, g->s, copy, g->d, g->seed, err);
 }
 
 /* The problem of a backend that starts from bf16 activations (FP4 backend
@@ -1247,8 +1265,9 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
                 slot *s = &slots[i];
                 fp4_err berr;
                 if (!s->active || (s->ops->flags & FP4_BACKEND_REFERENCE) || pass > 0) continue;
+                gemm_check gc = {e, s, d, spot_seed};
                 fp4_err_clear(&berr);
-                if ((st = verify_after_timing(e, s, d, spot_seed, &berr)) != FP4_OK)
+                if ((st = verify_after_timing(e, s, gemm_check_copy, &gc, &berr)) != FP4_OK)
                     slot_fail(s, st, &berr, "verification after timing");
                 else if (oracle[0]) {
                     size_t len = strlen(s->row.verify_note);
@@ -1314,6 +1333,75 @@ fp4_status fp4_engine_run_case(fp4_engine *e, const fp4_case *c, int case_index,
     const case_opts opt = {1, NULL, 0, NULL};
     (void)case_index;
     return run_case(e, c, backends, nbackends, report, cb, user, &opt, err);
+}
+
+/* ---- timing prepared plans (fp4_engine_time_plans, for the MoE engine) ---------------- */
+
+void *fp4_engine_stream(fp4_engine *e)
+{
+    return e ? engine_stream(e) : NULL;
+}
+
+fp4_status fp4_engine_time_plans(fp4_engine *e, fp4_timed_plan *plans, int n,
+                                 const fp4_shape *order_key, int baseline, fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    double warm_clock = 0;
+    slot *slots;
+    if (!e || (n > 0 && !plans) || !order_key)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_engine_time_plans: NULL argument");
+    if (n <= 0 || e->set.verify_only) return FP4_OK;
+    slots = calloc((size_t)n, sizeof *slots);
+    if (!slots) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for %d timing slots", n);
+    e->light_ratio = 0;
+    for (int i = 0; i < n; i++) {
+        slot *s = &slots[i];
+        fp4_err serr;
+        s->ops = plans[i].ops;
+        s->plan = plans[i].plan;
+        s->gpu = (s->ops->flags & FP4_BACKEND_GPU) != 0;
+        s->row = *plans[i].row;
+        s->row.samples = NULL;
+        s->active = s->row.state == FP4_ROW_OK && s->row.copies >= 1;
+        if (!s->active) continue;
+        fp4_err_clear(&serr);
+        if ((st = plan_batch(e, s, &serr)) != FP4_OK) slot_fail(s, st, &serr, "timing setup");
+    }
+    if ((st = time_slots(e, slots, n, order_key, &warm_clock, err)) != FP4_OK) goto out;
+    for (int i = 0; i < n && !interrupted(e); i++) {
+        slot *s = &slots[i];
+        fp4_err serr;
+        if (!s->active || !plans[i].check) continue;
+        fp4_err_clear(&serr);
+        if ((st = verify_after_timing(e, s, plans[i].check, plans[i].check_user, &serr)) != FP4_OK)
+            slot_fail(s, st, &serr, "verification after timing");
+    }
+    st = FP4_OK;
+    for (int i = 0; i < n; i++) {
+        slot *s = &slots[i];
+        if (!s->active) continue;
+        fill_telemetry(s, warm_clock);
+        if (baseline >= 0 && baseline < n && i != baseline) fill_ratio(s, &slots[baseline]);
+        if (i == baseline) {
+            s->row.has_ratio = 1;
+            s->row.ratio = s->row.ratio_lo = s->row.ratio_hi = 1.0;
+        }
+    }
+out:
+    for (int i = 0; i < n; i++) {
+        slot *s = &slots[i];
+        if (s->ops) {
+            /* the row owns every sample; the plan stays the caller's */
+            s->row.samples = s->samples;
+            s->row.nsamples = s->ns;
+            s->samples = NULL;
+            *plans[i].row = s->row;
+        }
+        s->plan = NULL;
+        slot_free(e, s);
+    }
+    free(slots);
+    return st;
 }
 
 /* ---- rates and ceilings --------------------------------------------------------------- */

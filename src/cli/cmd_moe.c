@@ -1,13 +1,775 @@
-/* fp4bench moe: the MoE workload (placeholder until written). */
+/* fp4bench moe: routed MoE expert layers (gate_up, down, the whole layer) on
+ * the MoE backends, measured by the engine's rules (docs/MOE.md). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "fp4_version.h"
+#include "fp4/device.h"
+#include "fp4/engine.h"
+#include "fp4/moe.h"
+#include "fp4/moe_backend.h"
+#include "fp4/moe_engine.h"
+#include "fp4/report.h"
+
+#define MAX_BACKENDS 16
+#define MAX_TOKENS 64          /* T values in one run */
+#define SWEEP_MAX_TOKENS 8192  /* --sweep: 1, 2, 4, ..., 8192 */
+#define TRACE_MAX_BYTES (1ull << 30)
+#define REASON_CELL 70         /* characters of a reason in the table (--verbose: all) */
+
+static const char moe_usage[] =
+    "usage: fp4bench moe (--model NAME | --dims H,I,E,K[,ACT]) [OPTIONS]\n"
+    "\n"
+    "Measure routed mixture-of-experts layers: T tokens, each routed to k of E experts,\n"
+    "through one step of the layer on MoE backends. Every backend is verified against the\n"
+    "exact reference (per expert, src/moe) on poisoned output before it is timed; verified\n"
+    "backends are timed interleaved in shuffled rounds, cold L2, in CUDA graphs.\n"
+    "\n"
+    "layer:\n"
+    "  --model NAME          a preset: glm5, deepseek-v3, kimi-k2, qwen3-235b, qwen3-30b,\n"
+    "                        mixtral, llama4-maverick, gpt-oss-120b (docs/MOE.md)\n"
+    "  --dims H,I,E,K[,ACT]  custom: hidden H, expert intermediate I (multiples of 16),\n"
+    "                        E experts, top-K, activation silu (default) or swiglu-oai\n"
+    "  --tp N                tensor parallelism: one rank's I = I / N (default 1)\n"
+    "workload:\n"
+    "  --tokens T[,T...]     tokens per call (default 1,16,512; with --trace: the trace's)\n"
+    "  --sweep               T = 1, 2, 4, ..., 8192\n"
+    "  --routing MODE        balanced, random (default: gaussian router logits, top-k),\n"
+    "                        skewed (Zipf popularity), trace (needs --trace)\n"
+    "  --zipf S              skewed routing's exponent (default 1)\n"
+    "  --trace FILE.npy      expert ids [T, k] (int32 or int64 .npy): routing trace\n"
+    "  --seed N              weights, activations and routing seed (default 1)\n"
+    "  --step S[,S...]       gate_up, down, layer (repeatable; default gate_up,down)\n"
+    "  --mode M[,M...]       w4a4 (NVFP4 activations, default) or w4a16 (bf16 activations)\n"
+    "  --data KIND           weight data: gaussian (default) or codes (random codes and\n"
+    "                        scales: faster to make for the largest models)\n"
+    "backends:\n"
+    "  --backend a,b,...     MoE backends (below) or 'all' (default: every GPU backend when a\n"
+    "                        GPU is present, else moe-cpu-ref)\n"
+    "  --baseline NAME       the ratio column is baseline time / backend time\n"
+    "                        (default moe-cublas-bf16 when measured)\n"
+    "measurement (as fp4bench run):\n"
+    "  --max-time S          time limit per case in seconds (default 10; 3 without GPU)\n"
+    "  --min-samples N, --noise F, --warmup-ms MS, --min-batch N, --hot, --no-graphs,\n"
+    "  --no-ceilings, --time-reference, --baseline-tuning on|off\n"
+    "  --verify-only         verify every backend, do not time\n"
+    "output:\n"
+    "  --json FILE           JSON (docs/JSON.md, rows with a \"moe\" object), rewritten after\n"
+    "                        every row; '-': to stdout at the end\n"
+    "  --csv FILE            CSV, one line per row; '-': to stdout\n"
+    "  --samples             keep every sample in the JSON\n"
+    "  --verbose             unsupported / FAILED reasons in full in the table\n"
+    "  --quiet               no progress line\n"
+    "\n"
+    "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage error,\n"
+    "             3 runtime error (a bad trace file, a CUDA failure), 130 interrupted\n";
+
+typedef struct moe_ctx {
+    const char *json_path;
+    FILE *csv;
+    int progress, total, done;
+    int write_failed;
+} moe_ctx;
+
+static void on_row(const fp4_report *report, const fp4_row *row, void *user)
+{
+    moe_ctx *ctx = user;
+    fp4_err err;
+    ctx->done++;
+    if (ctx->json_path && !ctx->write_failed &&
+        fp4_report_write_json(ctx->json_path, report, &err) != FP4_OK) {
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+        ctx->write_failed = 1;
+    }
+    if (ctx->csv && fp4_csv_write_row(ctx->csv, row, &err) != FP4_OK)
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+    if (ctx->progress) {
+        fprintf(stderr, "\r\033[K[%d/%d] %s T=%lld %s: %s", ctx->done, ctx->total, row->label,
+                (long long)row->shape.m, row->backend, fp4_row_state_name(row->state));
+        fflush(stderr);
+    }
+}
+
+/* Set by the SIGINT handler, read by the engine between samples: a signal
+ * handler can only reach static storage, so this one flag is. */
+static volatile sig_atomic_t moe_interrupt_requested;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    moe_interrupt_requested = 1;
+}
+
+/* Ctrl-C once: stop and keep what was measured; twice: the default action. */
+static void catch_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+}
+
+/* ---- argument parsing ------------------------------------------------------------------ */
+
+/* A comma-separated list of positive integers into out (at most max). */
+static int parse_int_list(const cli_args *a, const char *flag, const char *s, int64_t *out, int max)
+{
+    char buf[1024];
+    int n = 0;
+    if (strlen(s) >= sizeof buf) cli_usage_error(a, "%s: list too long", flag);
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const long long v = cli_int(a, flag, t);
+        if (v < 1) cli_usage_error(a, "%s: %lld is not a positive number", flag, v);
+        if (n == max) cli_usage_error(a, "%s: at most %d values", flag, max);
+        out[n++] = v;
+    }
+    if (n == 0) cli_usage_error(a, "%s: no value given", flag);
+    return n;
+}
+
+/* --dims H,I,E,K[,ACT] */
+static void parse_dims(const cli_args *a, const char *s, fp4_moe_dims *d)
+{
+    char buf[256];
+    const char *part[5] = {0};
+    int n = 0;
+    fp4_err err;
+    if (strlen(s) >= sizeof buf) cli_usage_error(a, "--dims: too long");
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == 5) cli_usage_error(a, "--dims: want H,I,E,K[,ACT], got '%s'", s);
+        part[n++] = t;
+    }
+    if (n < 4) cli_usage_error(a, "--dims: want H,I,E,K[,ACT] (e.g. 2048,768,128,8), got '%s'", s);
+    memset(d, 0, sizeof *d);
+    d->hidden = cli_int(a, "--dims", part[0]);
+    d->inter = cli_int(a, "--dims", part[1]);
+    const long long e = cli_int(a, "--dims", part[2]), k = cli_int(a, "--dims", part[3]);
+    if (e < 1 || e > FP4_MOE_MAX_EXPERTS || k < 1 || k > e)
+        cli_usage_error(a, "--dims: E = %lld and K = %lld: want 1 <= K <= E <= %d", e, k,
+                        FP4_MOE_MAX_EXPERTS);
+    d->experts = (int)e;
+    d->top_k = (int)k;
+    d->act = FP4_MOE_ACT_SILU;
+    if (n == 5 && fp4_moe_act_parse(part[4], &d->act, &err) != FP4_OK)
+        cli_usage_error(a, "--dims: %s", fp4_err_text(&err));
+    if (fp4_moe_dims_check(d, &err) != FP4_OK) cli_usage_error(a, "--dims: %s", fp4_err_text(&err));
+}
+
+/* Add comma-separated steps (or modes) to a bit set. */
+static void parse_steps(const cli_args *a, const char *s, unsigned *set)
+{
+    char buf[256];
+    fp4_err err;
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        fp4_moe_step st;
+        if (fp4_moe_step_parse(t, &st, &err) != FP4_OK) cli_usage_error(a, "--step: %s", fp4_err_text(&err));
+        *set |= 1u << st;
+    }
+}
+
+static void parse_modes(const cli_args *a, const char *s, unsigned *set)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "w4a4") == 0) *set |= 1u << FP4_MOE_W4A4;
+        else if (strcmp(t, "w4a16") == 0) *set |= 1u << FP4_MOE_W4A16;
+        else cli_usage_error(a, "--mode: unknown mode '%s' (w4a4, w4a16)", t);
+    }
+}
+
+static void add_backends(const cli_args *a, const char *names, const fp4_moe_backend_ops **list,
+                         int *n)
+{
+    char buf[512];
+    if (strlen(names) >= sizeof buf) cli_usage_error(a, "--backend: list too long");
+    snprintf(buf, sizeof buf, "%s", names);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const int all = strcmp(t, "all") == 0;
+        const fp4_moe_backend_ops *one = all ? NULL : fp4_moe_backend_find(t);
+        if (!all && !one) {
+            char known[512] = "";
+            for (int i = 0; i < fp4_moe_backend_count(); i++) {
+                strncat(known, fp4_moe_backend_at(i)->name, sizeof known - strlen(known) - 1);
+                strncat(known, i + 1 < fp4_moe_backend_count() ? ", " : "", sizeof known - strlen(known) - 1);
+            }
+            cli_usage_error(a, "--backend: unknown MoE backend '%s' (known: %s)", t, known);
+        }
+        for (int i = 0; i < fp4_moe_backend_count(); i++) {
+            const fp4_moe_backend_ops *ops = fp4_moe_backend_at(i);
+            int dup = 0;
+            if (!all && ops != one) continue;
+            for (int j = 0; j < *n; j++) dup |= list[j] == ops;
+            if (!dup && *n < MAX_BACKENDS) list[(*n)++] = ops;
+        }
+    }
+}
+
+/* ---- the routing trace ------------------------------------------------------------------ */
+
+/* The value of key in a .npy header dict ("'key': value"), or NULL. */
+static const char *npy_key(const char *hdr, const char *key)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "'%s'", key);
+    const char *p = strstr(hdr, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    while (*p == ' ') p++;
+    if (*p != ':') return NULL;
+    p++;
+    while (*p == ' ') p++;
+    return p;
+}
+
+/* Expert ids [T, k] from a .npy of int32 or int64 (C order, little-endian):
+ * *ids int32 [T * k] malloc'ed. The ids themselves are checked by the routing
+ * (fp4_moe_routing_check), which names the first bad entry. */
+static fp4_status read_trace(const char *path, int32_t **ids, int64_t *tokens, int64_t *k,
+                             fp4_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    struct stat sb;
+    fp4_status st = FP4_OK;
+    size_t len = 0;
+    *ids = NULL;
+    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        (unsigned long long)sb.st_size > TRACE_MAX_BYTES) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a regular file of at most 1 GiB", path);
+        goto out;
+    }
+    len = (size_t)sb.st_size;
+    if (!(buf = malloc(len + 1)) || fread(buf, 1, len, f) != len) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot read %s", path);
+        goto out;
+    }
+    buf[len] = '\0';
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
+        goto out;
+    }
+    const int major = buf[6];
+    size_t hlen, hoff;
+    if (major == 1) {
+        hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
+        hoff = 10;
+    } else if ((major == 2 || major == 3) && len >= 12) {
+        hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+        hoff = 12;
+    } else {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: .npy version %d is not supported", path, major);
+        goto out;
+    }
+    if (hlen > len - hoff || hlen > (1u << 20)) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated .npy header", path);
+        goto out;
+    }
+    char hdr[4096];
+    if (hlen >= sizeof hdr) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: .npy header longer than %zu bytes", path, sizeof hdr - 1);
+        goto out;
+    }
+    memcpy(hdr, buf + hoff, hlen);
+    hdr[hlen] = '\0';
+    const char *descr = npy_key(hdr, "descr"), *fo = npy_key(hdr, "fortran_order"),
+               *shape = npy_key(hdr, "shape");
+    size_t esize;
+    if (descr && (strncmp(descr, "'<i4'", 5) == 0 || strncmp(descr, "'|i4'", 5) == 0)) esize = 4;
+    else if (descr && (strncmp(descr, "'<i8'", 5) == 0 || strncmp(descr, "'|i8'", 5) == 0)) esize = 8;
+    else {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: expert ids must be int32 or int64 ('<i4', '<i8')", path);
+        goto out;
+    }
+    if (!fo || strncmp(fo, "False", 5) != 0) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: Fortran order is not supported (want C order)", path);
+        goto out;
+    }
+    long long dim[2];
+    char *end;
+    if (!shape || *shape != '(') goto bad_shape;
+    errno = 0;
+    dim[0] = strtoll(shape + 1, &end, 10);
+    if (errno || end == shape + 1 || *end != ',') goto bad_shape;
+    const char *p = end + 1;
+    while (*p == ' ') p++;
+    dim[1] = strtoll(p, &end, 10);
+    if (errno || end == p) goto bad_shape;
+    while (*end == ' ' || *end == ',') end++;
+    if (*end != ')' || dim[0] < 1 || dim[1] < 1 || dim[0] > INT32_MAX || dim[1] > FP4_MOE_MAX_EXPERTS)
+        goto bad_shape;
+    const size_t count = (size_t)dim[0] * (size_t)dim[1];
+    if (count > (len - hoff - hlen) / esize) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lldx%lld ids need %zu bytes of data", path,
+                      dim[0], dim[1], count * esize);
+        goto out;
+    }
+    if (!(*ids = malloc(count * sizeof **ids))) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the trace");
+        goto out;
+    }
+    const unsigned char *data = buf + hoff + hlen;
+    for (size_t i = 0; i < count; i++) {
+        int64_t v = 0;
+        for (size_t b = 0; b < esize; b++) v |= (int64_t)((uint64_t)data[i * esize + b] << (8 * b));
+        if (esize == 4) v = (int32_t)(uint32_t)v; /* sign-extend */
+        if (v < INT32_MIN || v > INT32_MAX) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: token %zu, slot %zu: expert id %lld does not fit int32",
+                          path, i / (size_t)dim[1], i % (size_t)dim[1], (long long)v);
+            goto out;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *tokens = dim[0];
+    *k = dim[1];
+    goto out;
+bad_shape:
+    st = fp4_fail(err, FP4_ERR_FORMAT, "%s: expert ids must have a 2-D shape (T, k)", path);
+out:
+    if (st != FP4_OK) {
+        free(*ids);
+        *ids = NULL;
+    }
+    free(buf);
+    fclose(f);
+    return st;
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+/* --json -: the writer writes files atomically, so the document goes to a
+ * private temporary directory first and is copied to stdout from there. */
+static fp4_status json_to_stdout(const fp4_report *report, fp4_err *err)
+{
+    char dir[4096], path[4096 + 16], buf[65536];
+    const char *tmp = getenv("TMPDIR");
+    fp4_status st;
+    FILE *f;
+    size_t n;
+    char *d;
+    if (!tmp || !tmp[0]) tmp = "/tmp";
+    if (snprintf(dir, sizeof dir, "%s/fp4bench-XXXXXX", tmp) >= (int)sizeof dir)
+        return fp4_fail(err, FP4_ERR_IO, "TMPDIR is too long");
+    if (!(d = mkdtemp(dir)))
+        return fp4_fail(err, FP4_ERR_IO, "cannot create a temporary directory in %s: %s", tmp,
+                        strerror(errno));
+    snprintf(path, sizeof path, "%s/report.json", d);
+    st = fp4_report_write_json(path, report, err);
+    if (st == FP4_OK) {
+        f = fopen(path, "rb");
+        if (!f) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
+        while (st == FP4_OK && (n = fread(buf, 1, sizeof buf, f)) > 0)
+            if (fwrite(buf, 1, n, stdout) != n) st = fp4_fail(err, FP4_ERR_IO, "cannot write the JSON to stdout");
+        if (f) fclose(f);
+    }
+    if (remove(path) != 0 && st == FP4_OK && errno != ENOENT)
+        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", path);
+    if (rmdir(d) != 0 && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", d);
+    return st;
+}
+
+static void fmt_num(char *b, size_t n, double v)
+{
+    if (!isfinite(v) || v < 0) snprintf(b, n, "-");
+    else if (v >= 1e6) snprintf(b, n, "%.3gM", v / 1e6);
+    else if (v >= 1e3) snprintf(b, n, "%.3gk", v / 1e3);
+    else if (v >= 100) snprintf(b, n, "%.0f", v);
+    else if (v >= 10) snprintf(b, n, "%.1f", v);
+    else snprintf(b, n, "%.3g", v);
+}
+
+/* The MoE table: one line per row, a layer's steps on the line below. */
+static void print_table(FILE *f, const fp4_report *r, int verbose)
+{
+    fprintf(f, "\n%-44s %5s %-17s %10s %9s %7s %5s %5s %13s %18s %s\n", "case", "T", "backend",
+            "median us", "tok/s", "GB/s", "%BW", "exp", "tok/exp", "vs baseline", "verified");
+    for (int i = 0; i < r->nrows; i++) {
+        const fp4_row *w = &r->rows[i];
+        const fp4_row_moe *m = &w->moe;
+        char med[24], tps[24], gbps[24], bw[24], te[48], ratio[48], ver[48];
+        if (w->state != FP4_ROW_OK) {
+            const size_t max = verbose ? sizeof w->reason : REASON_CELL;
+            fprintf(f, "%-44s %5lld %-17s %s: %.*s%s\n", w->label, (long long)w->shape.m, w->backend,
+                    fp4_row_state_name(w->state), (int)max, w->reason,
+                    strlen(w->reason) > max ? "..." : "");
+            continue;
+        }
+        const int timed = w->t.count > 0;
+        if (timed) snprintf(med, sizeof med, "%.2f", w->t.median);
+        else snprintf(med, sizeof med, "-");
+        fmt_num(tps, sizeof tps, timed ? m->tokens_per_s : NAN);
+        fmt_num(gbps, sizeof gbps, timed ? w->gbps : NAN);
+        if (timed && m->pct_bandwidth >= 0) snprintf(bw, sizeof bw, "%.0f%%", m->pct_bandwidth);
+        else snprintf(bw, sizeof bw, "-");
+        snprintf(te, sizeof te, "%d/%g/%d", m->tokens_min, m->tokens_median, m->tokens_max);
+        if (w->has_ratio)
+            snprintf(ratio, sizeof ratio, "%.2fx [%.2f,%.2f]", w->ratio, w->ratio_lo, w->ratio_hi);
+        else
+            snprintf(ratio, sizeof ratio, "-");
+        if (w->verified == -1) snprintf(ver, sizeof ver, "reference");
+        else if (w->verified == 1) snprintf(ver, sizeof ver, "ok %.1e%s", w->err_max,
+                                            m->verify_rows < m->verify_rows_total ? " (sample)" : "");
+        else snprintf(ver, sizeof ver, "no");
+        fprintf(f, "%-44s %5lld %-17s %10s %9s %7s %5s %5d %13s %18s %s%s%s\n", w->label,
+                (long long)w->shape.m, w->backend, med, tps, gbps, bw, m->active_experts, te, ratio, ver,
+                w->timed_out ? " T" : "", strcmp(w->l2, "warm") == 0 ? " W" : "");
+        if (m->nsteps > 0) {
+            fprintf(f, "%-44s       steps:", "");
+            for (int s = 0; s < m->nsteps; s++)
+                fprintf(f, " %s %.2f%s", m->steps[s].name, m->steps[s].us, s + 1 < m->nsteps ? "," : "");
+            fprintf(f, " us\n");
+        }
+    }
+    fprintf(f, "\nexp: experts with tokens; tok/exp: pairs per expert min/median/max; %%BW: GB/s of the\n"
+               "bytes the call reads over the measured read bandwidth; flags: T timed out, W warm L2\n");
+}
+
+static void now_iso(char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
 
 int cmd_moe(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp4bench moe: not built yet\n");
-    return EXIT_RUNTIME;
+    cli_args a = {argc, argv, 1, "fp4bench moe"};
+    fp4_settings set;
+    fp4_err err;
+    fp4_report report;
+    fp4_engine *engine = NULL;
+    fp4_moe_engine *moe = NULL;
+    const fp4_moe_backend_ops *backends[MAX_BACKENDS];
+    int nbackends = 0, ntokens = 0, tp = 1, quiet = 0, verbose = 0, max_time_given = 0;
+    int no_ceilings = 0, sweep = 0, have_dims = 0, zipf_given = 0, routing_given = 0;
+    int64_t tokens[MAX_TOKENS];
+    unsigned steps = 0, modes = 0;
+    const char *v, *model = NULL, *json_arg = NULL, *csv_path = NULL, *backend_arg = NULL,
+               *trace_path = NULL;
+    fp4_moe_dims dims;
+    fp4_moe_route_opts route;
+    int32_t *trace_ids = NULL;
+    int64_t trace_tokens = 0, trace_k = 0;
+    FILE *out = stdout;
+    moe_ctx ctx;
+    int rc = 0;
+
+    memset(&ctx, 0, sizeof ctx);
+    memset(&report, 0, sizeof report);
+    memset(&dims, 0, sizeof dims);
+    memset(&route, 0, sizeof route);
+    route.mode = FP4_MOE_ROUTE_RANDOM;
+    route.zipf_s = FP4_MOE_DEFAULT_ZIPF_S;
+    fp4_settings_default(&set);
+    while (a.i < argc) {
+        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+            fputs(moe_usage, stdout);
+            printf("\nMoE backends:\n");
+            for (int i = 0; i < fp4_moe_backend_count(); i++)
+                printf("  %-18s %s\n", fp4_moe_backend_at(i)->name, fp4_moe_backend_at(i)->summary);
+            return 0;
+        } else if (cli_value(&a, "--model", &v)) {
+            if (model || have_dims) cli_usage_error(&a, "give one of --model and --dims, once");
+            model = v;
+        } else if (cli_value(&a, "--dims", &v)) {
+            if (model || have_dims) cli_usage_error(&a, "give one of --model and --dims, once");
+            parse_dims(&a, v, &dims);
+            have_dims = 1;
+        } else if (cli_value(&a, "--tp", &v)) {
+            const long long t = cli_int(&a, "--tp", v);
+            if (t < 1 || t > 1024) cli_usage_error(&a, "--tp must be in 1..1024");
+            tp = (int)t;
+        } else if (cli_value(&a, "--tokens", &v)) {
+            if (sweep || ntokens) cli_usage_error(&a, "give one of --tokens and --sweep, once");
+            ntokens = parse_int_list(&a, "--tokens", v, tokens, MAX_TOKENS);
+        } else if (cli_flag(&a, "--sweep")) {
+            if (sweep || ntokens) cli_usage_error(&a, "give one of --tokens and --sweep, once");
+            sweep = 1;
+            for (int64_t t = 1; t <= SWEEP_MAX_TOKENS; t *= 2) tokens[ntokens++] = t;
+        } else if (cli_value(&a, "--routing", &v)) {
+            if (fp4_moe_route_mode_parse(v, &route.mode, &err) != FP4_OK)
+                cli_usage_error(&a, "--routing: %s", fp4_err_text(&err));
+            routing_given = 1;
+        } else if (cli_value(&a, "--zipf", &v)) {
+            route.zipf_s = cli_double(&a, "--zipf", v);
+            if (!(route.zipf_s >= 0)) cli_usage_error(&a, "--zipf must be >= 0");
+            zipf_given = 1;
+        } else if (cli_value(&a, "--trace", &v)) {
+            trace_path = v;
+        } else if (cli_value(&a, "--seed", &v)) {
+            set.seed = (uint64_t)cli_int(&a, "--seed", v);
+        } else if (cli_value(&a, "--step", &v)) {
+            parse_steps(&a, v, &steps);
+        } else if (cli_value(&a, "--mode", &v)) {
+            parse_modes(&a, v, &modes);
+        } else if (cli_value(&a, "--data", &v)) {
+            if (fp4_data_kind_parse(v, &set.data) != 0 ||
+                (set.data != FP4_DATA_GAUSSIAN && set.data != FP4_DATA_CODES))
+                cli_usage_error(&a, "--data: '%s' (gaussian, codes)", v);
+        } else if (cli_value(&a, "--backend", &v)) {
+            if (backend_arg) cli_usage_error(&a, "--backend given twice: list them in one, a,b,c");
+            backend_arg = v;
+        } else if (cli_value(&a, "--baseline", &v)) {
+            snprintf(set.baseline, sizeof set.baseline, "%s", v);
+        } else if (cli_value(&a, "--json", &v)) {
+            json_arg = v;
+        } else if (cli_value(&a, "--csv", &v)) {
+            csv_path = v;
+        } else if (cli_value(&a, "--max-time", &v)) {
+            set.stop.max_time_s = cli_double(&a, "--max-time", v);
+            if (set.stop.max_time_s <= 0) cli_usage_error(&a, "--max-time must be > 0");
+            max_time_given = 1;
+        } else if (cli_value(&a, "--min-samples", &v)) {
+            set.stop.min_samples = (int)cli_int(&a, "--min-samples", v);
+            if (set.stop.min_samples < 1 || set.stop.min_samples > 100000)
+                cli_usage_error(&a, "--min-samples must be in 1..100000");
+        } else if (cli_value(&a, "--noise", &v)) {
+            set.stop.noise_target = cli_double(&a, "--noise", v);
+            if (set.stop.noise_target <= 0) cli_usage_error(&a, "--noise must be > 0");
+        } else if (cli_value(&a, "--warmup-ms", &v)) {
+            set.warmup_ms = cli_double(&a, "--warmup-ms", v);
+            if (set.warmup_ms < 0) cli_usage_error(&a, "--warmup-ms must be >= 0");
+        } else if (cli_value(&a, "--min-batch", &v)) {
+            set.min_batch = (int)cli_int(&a, "--min-batch", v);
+            if (set.min_batch < 1 || set.min_batch > 65536) cli_usage_error(&a, "--min-batch must be in 1..65536");
+        } else if (cli_value(&a, "--baseline-tuning", &v)) {
+            if (strcmp(v, "on") == 0) set.baseline_tuning = 1;
+            else if (strcmp(v, "off") == 0) set.baseline_tuning = 0;
+            else cli_usage_error(&a, "--baseline-tuning: 'on' or 'off', not '%s'", v);
+        } else if (cli_flag(&a, "--hot")) {
+            set.hot = 1;
+        } else if (cli_flag(&a, "--no-graphs")) {
+            set.use_graphs = 0;
+        } else if (cli_flag(&a, "--no-ceilings")) {
+            no_ceilings = 1;
+        } else if (cli_flag(&a, "--time-reference")) {
+            set.time_reference = 1;
+        } else if (cli_flag(&a, "--verify-only")) {
+            set.verify_only = 1;
+        } else if (cli_flag(&a, "--samples")) {
+            set.keep_samples = 1;
+        } else if (cli_flag(&a, "--quiet")) {
+            quiet = 1;
+        } else if (cli_flag(&a, "--verbose")) {
+            verbose = 1;
+        } else {
+            cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
+        }
+    }
+
+    /* the layer */
+    if (!model && !have_dims)
+        cli_usage_error(&a, "give the layer: --model NAME (%s...) or --dims H,I,E,K", "glm5, qwen3-30b, ");
+    char model_name[24];
+    if (model) {
+        const fp4_moe_preset *p;
+        if (fp4_moe_preset_lookup(model, &p, &err) != FP4_OK) cli_usage_error(&a, "--model: %s", fp4_err_text(&err));
+        if (fp4_moe_preset_dims(p, tp, &dims, &err) != FP4_OK) cli_usage_error(&a, "--tp %d: %s", tp, fp4_err_text(&err));
+        snprintf(model_name, sizeof model_name, "%s", p->name);
+    } else {
+        if (tp > 1) {
+            if (dims.inter % tp != 0 || (dims.inter / tp) % 16 != 0)
+                cli_usage_error(&a, "--tp %d: I = %lld does not split into multiples of 16", tp,
+                                (long long)dims.inter);
+            dims.inter /= tp;
+        }
+        snprintf(model_name, sizeof model_name, "custom");
+    }
+
+    /* the routing */
+    if (trace_path) {
+        if (routing_given && route.mode != FP4_MOE_ROUTE_TRACE)
+            cli_usage_error(&a, "--trace goes with --routing trace, not --routing %s",
+                            fp4_moe_route_mode_name(route.mode));
+        route.mode = FP4_MOE_ROUTE_TRACE;
+    } else if (route.mode == FP4_MOE_ROUTE_TRACE) {
+        cli_usage_error(&a, "--routing trace needs --trace FILE.npy");
+    }
+    if (zipf_given && route.mode != FP4_MOE_ROUTE_SKEWED)
+        cli_usage_error(&a, "--zipf applies to --routing skewed");
+    route.seed = set.seed;
+    if (trace_path) {
+        if (read_trace(trace_path, &trace_ids, &trace_tokens, &trace_k, &err) != FP4_OK) cli_die(a.cmd, &err);
+        if (trace_k != dims.top_k)
+            cli_usage_error(&a, "--trace: %s has %lld experts per token, the layer's top-k is %d", trace_path,
+                            (long long)trace_k, dims.top_k);
+        fp4_moe_routing check;
+        route.trace_ids = trace_ids;
+        if (fp4_moe_route(&route, trace_tokens, dims.experts, dims.top_k, &check, &err) != FP4_OK) {
+            fprintf(stderr, "%s: error: %s: %s\n", a.cmd, trace_path, fp4_err_text(&err));
+            free(trace_ids);
+            return EXIT_RUNTIME;
+        }
+        fp4_moe_routing_free(&check);
+        if (ntokens == 0) tokens[ntokens++] = trace_tokens;
+        for (int i = 0; i < ntokens; i++)
+            if (tokens[i] > trace_tokens)
+                cli_usage_error(&a, "--tokens %lld: the trace %s has %lld tokens", (long long)tokens[i],
+                                trace_path, (long long)trace_tokens);
+    }
+    if (ntokens == 0) {
+        const int64_t def[] = {1, 16, 512};
+        for (int i = 0; i < 3; i++) tokens[ntokens++] = def[i];
+    }
+    for (int i = 0; i < ntokens; i++)
+        if (tokens[i] > INT32_MAX / dims.top_k)
+            cli_usage_error(&a, "--tokens %lld: T*k must stay below 2^31", (long long)tokens[i]);
+    if (!steps) steps = 1u << FP4_MOE_STEP_GATE_UP | 1u << FP4_MOE_STEP_DOWN;
+    if (!modes) modes = 1u << FP4_MOE_W4A4;
+
+    if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
+        cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
+    if (json_arg && strcmp(json_arg, "-") != 0) ctx.json_path = json_arg;
+    if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0)) out = stderr;
+
+    /* backends and the baseline */
+    fp4_device_info probe;
+    fp4_device_describe(&probe);
+    if (!probe.present && !max_time_given) set.stop.max_time_s = 3;
+    set.measure_ceilings = !no_ceilings && probe.present && !set.verify_only;
+    if (backend_arg) {
+        add_backends(&a, backend_arg, backends, &nbackends);
+    } else {
+        for (int i = 0; i < fp4_moe_backend_count() && nbackends < MAX_BACKENDS; i++) {
+            const fp4_moe_backend_ops *ops = fp4_moe_backend_at(i);
+            const int gpu = (ops->flags & FP4_BACKEND_GPU) != 0;
+            if (probe.present ? gpu : !gpu) backends[nbackends++] = ops;
+        }
+    }
+    if (!set.baseline[0]) {
+        for (int i = 0; i < nbackends; i++)
+            if (strcmp(backends[i]->name, "moe-cublas-bf16") == 0)
+                snprintf(set.baseline, sizeof set.baseline, "moe-cublas-bf16");
+    } else {
+        int found = 0;
+        for (int i = 0; i < nbackends; i++) found |= strcmp(backends[i]->name, set.baseline) == 0;
+        if (!found) cli_usage_error(&a, "--baseline '%s' is not among the measured backends", set.baseline);
+    }
+
+    moe_interrupt_requested = 0;
+    set.interrupt = &moe_interrupt_requested;
+    if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (fp4_moe_engine_create(engine, &report, &moe, &err) != FP4_OK) cli_die(a.cmd, &err);
+    snprintf(report.version, sizeof report.version, "%s", FP4_VERSION);
+    snprintf(report.commit, sizeof report.commit, "%s", FP4_GIT_COMMIT);
+    now_iso(report.started, sizeof report.started);
+    if (gethostname(report.host, sizeof report.host) != 0) report.host[0] = '\0';
+    report.host[sizeof report.host - 1] = '\0';
+    snprintf(report.command, sizeof report.command, "fp4bench moe");
+    for (int i = 1; i < argc; i++) {
+        const size_t len = strlen(report.command);
+        if (len + 1 + strlen(argv[i]) + 4 >= sizeof report.command) {
+            snprintf(report.command + len, sizeof report.command - len, " ...");
+            break;
+        }
+        snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
+    }
+    if (csv_path) {
+        ctx.csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
+        if (!ctx.csv) {
+            fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
+            cli_die(a.cmd, &err);
+        }
+        if (fp4_csv_write_header_moe(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+    }
+    int nsteps = 0, nmodes = 0;
+    for (int s = 0; s < FP4_MOE_STEP_COUNT; s++) nsteps += (steps >> s) & 1;
+    for (int s = 0; s < 2; s++) nmodes += (modes >> s) & 1;
+    ctx.progress = !quiet && isatty(2);
+    ctx.total = nsteps * nmodes * ntokens * nbackends;
+
+    if (set.measure_ceilings) {
+        if (ctx.progress) fprintf(stderr, "measuring ceilings (read bandwidth, bf16/fp8 rates)...");
+        if (fp4_engine_measure_ceilings(engine, &report, &err) != FP4_OK)
+            fprintf(stderr, "fp4bench: warning: ceilings not measured: %s\n", fp4_err_text(&err));
+        if (ctx.progress) fputs("\r\033[K", stderr);
+    }
+    fp4_report_print_header(out, &report);
+    fprintf(out, "MoE: %s H %lld, I %lld (per rank, tp %d), E %d, top-%d, %s; NVFP4 weights %.3g GB "
+                 "(%.3g MB an expert)\n",
+            model_name, (long long)dims.hidden, (long long)dims.inter, tp, dims.experts, dims.top_k,
+            fp4_moe_act_name(dims.act), dims.experts * fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e9,
+            fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e6);
+    fflush(out);
+    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK) cli_die(a.cmd, &err);
+
+    catch_sigint();
+    for (int s = 0; s < FP4_MOE_STEP_COUNT && rc == 0; s++) {
+        if (!((steps >> s) & 1)) continue;
+        for (int md = 0; md < 2 && rc == 0; md++) {
+            if (!((modes >> md) & 1)) continue;
+            for (int t = 0; t < ntokens && rc == 0; t++) {
+                fp4_moe_case c;
+                memset(&c, 0, sizeof c);
+                snprintf(c.model, sizeof c.model, "%s", model_name);
+                c.tp = tp;
+                c.dims = dims;
+                c.tokens = tokens[t];
+                c.route = route;
+                c.trace_tokens = trace_tokens;
+                c.step = (fp4_moe_step)s;
+                c.mode = (fp4_moe_mode)md;
+                const fp4_status cst =
+                    fp4_moe_engine_run_case(moe, &c, backends, nbackends, &report, on_row, &ctx, &err);
+                if (cst == FP4_ERR_INTERRUPTED) {
+                    report.interrupted = 1;
+                    if (ctx.progress) fputs("\r\033[K", stderr);
+                    fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
+                    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+                        fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
+                    rc = EXIT_INTERRUPTED;
+                } else if (cst != FP4_OK) {
+                    char label[FP4_LABEL_LEN];
+                    fp4_moe_case_label(&c, label, sizeof label);
+                    if (ctx.progress) fputc('\n', stderr);
+                    fprintf(stderr, "%s: error: case %s T=%lld: %s\n", a.cmd, label, (long long)c.tokens,
+                            fp4_err_text(&err));
+                    rc = EXIT_RUNTIME;
+                }
+            }
+        }
+    }
+    if (ctx.progress) fputs("\r\033[K", stderr);
+    print_table(out, &report, verbose);
+    if (json_arg && strcmp(json_arg, "-") == 0 && json_to_stdout(&report, &err) != FP4_OK) {
+        fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
+        if (rc == 0) rc = EXIT_RUNTIME;
+    }
+    signal(SIGINT, SIG_DFL);
+    for (int i = 0; i < report.nrows; i++)
+        if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
+    if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
+    if (ctx.csv && ctx.csv != stdout && fclose(ctx.csv) != 0) {
+        fprintf(stderr, "%s: error: cannot write %s\n", a.cmd, csv_path);
+        if (rc == 0) rc = EXIT_RUNTIME;
+    }
+    if (fflush(stdout) != 0 && rc == 0) {
+        fprintf(stderr, "%s: error: cannot write to stdout\n", a.cmd);
+        rc = EXIT_RUNTIME;
+    }
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
+    fp4_moe_engine_destroy(moe, &warn);
+    fp4_engine_destroy(engine, &warn);
+    cli_print_warnings(&warn);
+    fp4_report_free(&report);
+    free(trace_ids);
+    return rc;
 }

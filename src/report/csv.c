@@ -17,6 +17,13 @@ static const char *const csv_fields[] = {
     "pct_roofline", "pct_peak", "ratio", "ratio_lo", "ratio_hi", "sm_clock_mhz",
     "power_w", "temp_c", "throttle_reasons", "low_clock_samples", "prepare_ms"};
 
+/* After those, in the CSV of fp4bench moe (fp4_csv_write_header_moe), whose
+ * rows carry them (docs/JSON.md). */
+static const char *const csv_moe_fields[] = {
+    "moe_model", "moe_step", "moe_mode", "moe_routing", "tokens", "active_experts",
+    "tokens_per_expert_min", "tokens_per_expert_median", "tokens_per_expert_max",
+    "weight_bytes", "tokens_per_s", "pct_bandwidth", "steps"};
+
 /* Writer state for one line: the FILE and whether a field was written yet. */
 typedef struct csv_line {
     FILE *f;
@@ -81,6 +88,48 @@ fp4_status fp4_csv_write_header(FILE *f, fp4_err *err)
     return end_line(&L, err);
 }
 
+fp4_status fp4_csv_write_header_moe(FILE *f, fp4_err *err)
+{
+    csv_line L = {f, 0};
+    if (!f) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_csv_write_header_moe: NULL file");
+    for (size_t i = 0; i < sizeof csv_fields / sizeof csv_fields[0]; i++)
+        put_text(&L, csv_fields[i], strlen(csv_fields[i]) + 1);
+    for (size_t i = 0; i < sizeof csv_moe_fields / sizeof csv_moe_fields[0]; i++)
+        put_text(&L, csv_moe_fields[i], strlen(csv_moe_fields[i]) + 1);
+    return end_line(&L, err);
+}
+
+/* The MoE columns of a row of fp4bench moe (csv_moe_fields); steps as
+ * "name=us;name=us". Nothing for a GEMM row. */
+static void put_moe(csv_line *L, const fp4_row *x, int timed)
+{
+    const fp4_row_moe *m = &x->moe;
+    char steps[FP4_MOE_ROW_STEPS * (FP4_NAME_LEN + 24)];
+    size_t len = 0;
+    if (!m->present) return;
+    PUT_TEXT(L, m->model);
+    PUT_TEXT(L, m->step);
+    PUT_TEXT(L, m->mode);
+    PUT_TEXT(L, m->routing);
+    put_int(L, (long long)m->tokens);
+    put_int(L, m->active_experts);
+    put_int(L, m->tokens_min);
+    put_num(L, m->tokens_median);
+    put_int(L, m->tokens_max);
+    put_num(L, m->weight_bytes);
+    put_num(L, timed ? m->tokens_per_s : NAN);
+    put_num(L, timed && m->pct_bandwidth >= 0 ? m->pct_bandwidth : NAN);
+    steps[0] = '\0';
+    for (int i = 0; i < m->nsteps && i < FP4_MOE_ROW_STEPS && len < sizeof steps; i++) {
+        int w = snprintf(steps + len, sizeof steps - len, "%s%.*s=%.9g", i ? ";" : "",
+                         (int)strnlen(m->steps[i].name, sizeof m->steps[i].name), m->steps[i].name,
+                         m->steps[i].us);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+    put_text(L, steps, sizeof steps);
+}
+
 /* One row in the order of csv_fields. Timing fields are empty for rows that
  * were not timed, ratio fields without a ratio, telemetry fields without
  * telemetry. */
@@ -133,5 +182,6 @@ fp4_status fp4_csv_write_row(FILE *f, const fp4_row *x, fp4_err *err)
         for (int i = 0; i < 5; i++) put_empty(&L);
     }
     put_num(&L, x->prepare_ms);
+    put_moe(&L, x, timed);
     return end_line(&L, err);
 }

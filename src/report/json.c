@@ -219,6 +219,48 @@ static void w_settings(jw *w, cJSON *root, const fp4_settings *s)
     w_num(w, o, "min_batch", s->min_batch);
 }
 
+/* The MoE fields of a row of fp4bench moe: the object "moe" and, for a
+ * layer, the top-level "steps" array the HTML report reads (docs/JSON.md). */
+static void w_moe(jw *w, cJSON *o, const fp4_row_moe *x)
+{
+    cJSON *m = w_obj(w, o, "moe"), *t;
+    W_STR(w, m, "model", x->model);
+    w_num(w, m, "tp", x->tp);
+    w_num(w, m, "hidden", (double)x->hidden);
+    w_num(w, m, "inter", (double)x->inter);
+    w_num(w, m, "experts", x->experts);
+    w_num(w, m, "top_k", x->top_k);
+    W_STR(w, m, "act", x->act);
+    W_STR(w, m, "step", x->step);
+    W_STR(w, m, "mode", x->mode);
+    W_STR(w, m, "routing", x->routing);
+    w_num(w, m, "tokens", (double)x->tokens);
+    w_num(w, m, "active_experts", x->active_experts);
+    t = w_obj(w, m, "tokens_per_expert");
+    w_num(w, t, "min", x->tokens_min);
+    w_num(w, t, "median", x->tokens_median);
+    w_num(w, t, "max", x->tokens_max);
+    w_num(w, t, "mean", x->tokens_mean);
+    w_num(w, m, "weight_bytes", x->weight_bytes);
+    w_num(w, m, "tokens_per_s", x->tokens_per_s > 0 ? x->tokens_per_s : NAN);
+    w_num(w, m, "pct_bandwidth", x->pct_bandwidth >= 0 ? x->pct_bandwidth : NAN);
+    w_num(w, m, "verify_rows", (double)x->verify_rows);
+    w_num(w, m, "verify_rows_total", (double)x->verify_rows_total);
+    if (x->nsteps <= 0) return;
+    cJSON *a = cJSON_CreateArray();
+    w_item(w, o, "steps", a);
+    for (int i = 0; w->ok && i < x->nsteps && i < FP4_MOE_ROW_STEPS; i++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(a, e)) {
+            cJSON_Delete(e);
+            w->ok = 0;
+            return;
+        }
+        W_STR(w, e, "name", x->steps[i].name);
+        w_num(w, e, "us", x->steps[i].us);
+    }
+}
+
 /* One row object appended to the rows array. Samples go in only when
  * keep_samples is set. */
 static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
@@ -287,6 +329,7 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
     } else {
         w_item(w, o, "telemetry", cJSON_CreateNull());
     }
+    if (x->moe.present) w_moe(w, o, &x->moe);
     if (keep_samples) {
         cJSON *a = cJSON_CreateArray();
         w_item(w, o, "samples_us", a);
@@ -681,6 +724,61 @@ out:
     return st;
 }
 
+/* The optional MoE fields of row o (at path w): the object "moe" and, with
+ * it, the "steps" array (at most FP4_MOE_ROW_STEPS entries). */
+static fp4_status r_moe(jr *c, const cJSON *o, const char *w, fp4_row_moe *x)
+{
+    char sub[96];
+    const cJSON *m, *t, *a, *e;
+    fp4_status st;
+    double v;
+    TRY(r_obj(c, o, w, "moe", 0, 1, &m));
+    if (!m) return FP4_OK;
+    snprintf(sub, sizeof sub, "%s.moe", w);
+    x->present = 1;
+    TRY(R_STR(c, m, sub, "model", 0, x->model));
+    TRY(r_int(c, m, sub, "tp", 0, &x->tp));
+    TRY(r_i64(c, m, sub, "hidden", 0, &x->hidden));
+    TRY(r_i64(c, m, sub, "inter", 0, &x->inter));
+    TRY(r_int(c, m, sub, "experts", 0, &x->experts));
+    TRY(r_int(c, m, sub, "top_k", 0, &x->top_k));
+    TRY(R_STR(c, m, sub, "act", 0, x->act));
+    TRY(R_STR(c, m, sub, "step", 0, x->step));
+    TRY(R_STR(c, m, sub, "mode", 0, x->mode));
+    TRY(R_STR(c, m, sub, "routing", 0, x->routing));
+    TRY(r_i64(c, m, sub, "tokens", 0, &x->tokens));
+    TRY(r_int(c, m, sub, "active_experts", 0, &x->active_experts));
+    TRY(r_obj(c, m, sub, "tokens_per_expert", 0, 1, &t));
+    if (t) {
+        char tsub[sizeof sub + 24];
+        snprintf(tsub, sizeof tsub, "%s.tokens_per_expert", sub);
+        TRY(r_int(c, t, tsub, "min", 0, &x->tokens_min));
+        TRY(r_num(c, t, tsub, "median", 0, &x->tokens_median));
+        TRY(r_int(c, t, tsub, "max", 0, &x->tokens_max));
+        TRY(r_num(c, t, tsub, "mean", 0, &x->tokens_mean));
+    }
+    TRY(r_num(c, m, sub, "weight_bytes", 0, &x->weight_bytes));
+    TRY(r_num(c, m, sub, "tokens_per_s", 0, &x->tokens_per_s));
+    TRY(r_num(c, m, sub, "pct_bandwidth", 0, &v));
+    x->pct_bandwidth = isnan(v) ? -1 : v;
+    TRY(r_i64(c, m, sub, "verify_rows", 0, &x->verify_rows));
+    TRY(r_i64(c, m, sub, "verify_rows_total", 0, &x->verify_rows_total));
+    a = cJSON_GetObjectItemCaseSensitive(o, "steps");
+    if (!a || cJSON_IsNull(a)) return FP4_OK;
+    if (!cJSON_IsArray(a)) return r_bad(c, w, "steps", "expected an array or null");
+    if (cJSON_GetArraySize(a) > FP4_MOE_ROW_STEPS) return r_bad(c, w, "steps", "more than 16 steps");
+    cJSON_ArrayForEach(e, a) {
+        fp4_moe_step_time *s = &x->steps[x->nsteps];
+        snprintf(sub, sizeof sub, "%s.steps[%d]", w, x->nsteps);
+        if (!cJSON_IsObject(e)) return r_bad(c, sub, NULL, "expected an object");
+        TRY(R_STR(c, e, sub, "name", 1, s->name));
+        TRY(r_num(c, e, sub, "us", 1, &s->us));
+        x->nsteps++;
+    }
+out:
+    return st;
+}
+
 /* Row o (the index-th) into x; x->samples is allocated when samples_us is
  * present (the caller frees it on failure). */
 static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
@@ -765,6 +863,8 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
         TRY(r_int(c, t, sub, "thermal_samples", 0, &x->tel.thermal_samples));
         TRY(r_int(c, t, sub, "hw_slowdown_samples", 0, &x->tel.hw_slowdown_samples));
     }
+
+    TRY(r_moe(c, o, w, &x->moe));
 
     a = cJSON_GetObjectItemCaseSensitive(o, "samples_us");
     if (a && !cJSON_IsNull(a)) {

@@ -91,5 +91,63 @@ FP4_NIB_FN uint32_t fp4_tokperm_word(const uint64_t blk[4], int c)
     return w;
 }
 
+/* ---- the bf16 value layout (moe.cu's packed weights) ---------------------------
+ * Eight E2M1 codes re-encoded by the packer so that one 32-bit word decodes into
+ * four bf16x2 patterns with 5 LOP3s and 4 shifts: each pattern holds the sign at
+ * bit 15 and e1 e0 m at bits 8..6 (of each half), which as a bf16 is the e2m1
+ * value times 2^-126 (e = 0, m = 1 is the bf16 subnormal 2^-127). Pair r holds
+ * codes 2r (low half) and 2r + 1 (high half). Three pairs are one shift and one
+ * mask each (shifts 0, 4 and a rotate by 10: translates of the pattern that do
+ * not overlap); no fourth translate fits the 8 bits left (checked exhaustively),
+ * so the last pair takes its e1 bits from a second shift: 2 masks. 5 LOP3 for 8
+ * weights, the shifts on the FMA pipe where the compiler uses IMAD. */
+#define FP4_NIB_BF16_MASK 0x81C081C0u   /* sign and e1 e0 m of both halves */
+#define FP4_NIB_BF16_P3_SHL6 0x80C080C0u /* pair 3: sign, e0, m from x << 6 */
+#define FP4_NIB_BF16_P3_SHR2 0x01000100u /* pair 3: e1 from x >> 2 */
+
+FP4_NIB_FN void fp4_nib_bf16_pairs(uint32_t x, uint32_t o[4])
+{
+#ifdef __CUDA_ARCH__
+    /* the rotate as a widening multiply (both halves OR-ed inside the mask's
+     * LOP3) and the right shift as a high multiply: integer multiplies run on
+     * the FMA pipe, so the ALU pipe sees only the 5 LOP3s */
+    uint32_t lo, hi, sh;
+    asm("{\n\t.reg .b64 w;\n\tmul.wide.u32 w, %2, 1024;\n\tmov.b64 {%0, %1}, w;\n\t}"
+        : "=r"(lo), "=r"(hi) : "r"(x));
+    asm("mul.hi.u32 %0, %1, 0x40000000;" : "=r"(sh) : "r"(x));
+    o[2] = (lo | hi) & FP4_NIB_BF16_MASK;
+    o[3] = ((x << 6) & FP4_NIB_BF16_P3_SHL6) | (sh & FP4_NIB_BF16_P3_SHR2);
+#else
+    o[2] = fp4_nib_rotl(x, 10) & FP4_NIB_BF16_MASK;
+    o[3] = ((x << 6) & FP4_NIB_BF16_P3_SHL6) | ((x >> 2) & FP4_NIB_BF16_P3_SHR2);
+#endif
+    o[0] = x & FP4_NIB_BF16_MASK;
+    o[1] = (x << 4) & FP4_NIB_BF16_MASK;
+}
+
+/* Where bit `out_bit` (0..31) of decoded pair r comes from in the packed word:
+ * the inverse of the shifts above. */
+FP4_NIB_FN int fp4_nib_bf16_src_bit(int r, int out_bit)
+{
+    switch (r) {
+    case 0: return out_bit;
+    case 1: return out_bit - 4;
+    case 2: return (out_bit + 22) & 31; /* rotate left by 10 */
+    default: return (out_bit & 15) == 8 ? out_bit + 2 : out_bit - 6;
+    }
+}
+
+/* The packed word of eight codes (c[i] in the low 4 bits: sign, e1, e0, m). */
+FP4_NIB_FN uint32_t fp4_nib_bf16_pack(const uint8_t c[8])
+{
+    uint32_t x = 0;
+    for (int i = 0; i < 8; i++) {
+        const int r = i >> 1, base = 16 * (i & 1);
+        const int field_bit[4] = {6, 7, 8, 15}; /* m, e0, e1, sign */
+        for (int f = 0; f < 4; f++)
+            x |= (uint32_t)((c[i] >> f) & 1u) << fp4_nib_bf16_src_bit(r, base + field_bit[f]);
+    }
+    return x;
+}
 
 #endif
