@@ -3,6 +3,11 @@
 #ifndef FP4_CLI_H
 #define FP4_CLI_H
 
+#include <signal.h>
+
+#include "fp4/engine.h"
+#include "fp4/report.h"
+
 int cmd_run(int argc, char **argv, int default_suite);
 int cmd_list(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
@@ -11,5 +16,16 @@ int cmd_check(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_moe(int argc, char **argv);
+
+/* ---- shared by the measuring commands (cli/measure.c) ---- */
+/* The flag the engine reads (fp4_settings.interrupt), cleared. */
+volatile sig_atomic_t *cli_interrupt_flag(void);
+/* From here, Ctrl-C sets that flag; a second Ctrl-C ends the program. */
+void cli_catch_sigint(void);
+/* Version, commit, start time, host and the command line ("fp4bench run"
+ * and argv[1..]) into the report. */
+void cli_stamp_report(fp4_report *r, const char *command, int argc, char **argv);
+/* --json -: the whole report to stdout. */
+fp4_status cli_json_to_stdout(const fp4_report *report, fp4_err *err);
 
 #endif

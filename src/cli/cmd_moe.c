@@ -8,12 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "fp4_version.h"
 #include "fp4/device.h"
 #include "fp4/engine.h"
 #include "fp4/moe.h"
@@ -98,27 +96,6 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
                 (long long)row->shape.m, row->backend, fp4_row_state_name(row->state));
         fflush(stderr);
     }
-}
-
-/* Set by the SIGINT handler, read by the engine between samples: a signal
- * handler can only reach static storage, so this one flag is. */
-static volatile sig_atomic_t moe_interrupt_requested;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    moe_interrupt_requested = 1;
-}
-
-/* Ctrl-C once: stop and keep what was measured; twice: the default action. */
-static void catch_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL);
 }
 
 /* ---- argument parsing ------------------------------------------------------------------ */
@@ -353,37 +330,6 @@ out:
 
 /* ---- output ------------------------------------------------------------------------------- */
 
-/* --json -: the writer writes files atomically, so the document goes to a
- * private temporary directory first and is copied to stdout from there. */
-static fp4_status json_to_stdout(const fp4_report *report, fp4_err *err)
-{
-    char dir[4096], path[4096 + 16], buf[65536];
-    const char *tmp = getenv("TMPDIR");
-    fp4_status st;
-    FILE *f;
-    size_t n;
-    char *d;
-    if (!tmp || !tmp[0]) tmp = "/tmp";
-    if (snprintf(dir, sizeof dir, "%s/fp4bench-XXXXXX", tmp) >= (int)sizeof dir)
-        return fp4_fail(err, FP4_ERR_IO, "TMPDIR is too long");
-    if (!(d = mkdtemp(dir)))
-        return fp4_fail(err, FP4_ERR_IO, "cannot create a temporary directory in %s: %s", tmp,
-                        strerror(errno));
-    snprintf(path, sizeof path, "%s/report.json", d);
-    st = fp4_report_write_json(path, report, err);
-    if (st == FP4_OK) {
-        f = fopen(path, "rb");
-        if (!f) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
-        while (st == FP4_OK && (n = fread(buf, 1, sizeof buf, f)) > 0)
-            if (fwrite(buf, 1, n, stdout) != n) st = fp4_fail(err, FP4_ERR_IO, "cannot write the JSON to stdout");
-        if (f) fclose(f);
-    }
-    if (remove(path) != 0 && st == FP4_OK && errno != ENOENT)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", path);
-    if (rmdir(d) != 0 && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", d);
-    return st;
-}
-
 static void fmt_num(char *b, size_t n, double v)
 {
     if (!isfinite(v) || v < 0) snprintf(b, n, "-");
@@ -438,14 +384,6 @@ static void print_table(FILE *f, const fp4_report *r, int verbose)
     }
     fprintf(f, "\nexp: experts with tokens; tok/exp: pairs per expert min/median/max; %%BW: GB/s of the\n"
                "bytes the call reads over the measured read bandwidth; flags: T timed out, W warm L2\n");
-}
-
-static void now_iso(char *buf, size_t len)
-{
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 int cmd_moe(int argc, char **argv)
@@ -663,24 +601,10 @@ int cmd_moe(int argc, char **argv)
         if (!found) cli_usage_error(&a, "--baseline '%s' is not among the measured backends", set.baseline);
     }
 
-    moe_interrupt_requested = 0;
-    set.interrupt = &moe_interrupt_requested;
+    set.interrupt = cli_interrupt_flag();
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
     if (fp4_moe_engine_create(engine, &report, &moe, &err) != FP4_OK) cli_die(a.cmd, &err);
-    snprintf(report.version, sizeof report.version, "%s", FP4_VERSION);
-    snprintf(report.commit, sizeof report.commit, "%s", FP4_GIT_COMMIT);
-    now_iso(report.started, sizeof report.started);
-    if (gethostname(report.host, sizeof report.host) != 0) report.host[0] = '\0';
-    report.host[sizeof report.host - 1] = '\0';
-    snprintf(report.command, sizeof report.command, "fp4bench moe");
-    for (int i = 1; i < argc; i++) {
-        const size_t len = strlen(report.command);
-        if (len + 1 + strlen(argv[i]) + 4 >= sizeof report.command) {
-            snprintf(report.command + len, sizeof report.command - len, " ...");
-            break;
-        }
-        snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
-    }
+    cli_stamp_report(&report, "fp4bench moe", argc, argv);
     if (csv_path) {
         ctx.csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
         if (!ctx.csv) {
@@ -710,7 +634,7 @@ int cmd_moe(int argc, char **argv)
     fflush(out);
     if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK) cli_die(a.cmd, &err);
 
-    catch_sigint();
+    cli_catch_sigint();
     for (int s = 0; s < FP4_MOE_STEP_COUNT && rc == 0; s++) {
         if (!((steps >> s) & 1)) continue;
         for (int md = 0; md < 2 && rc == 0; md++) {
@@ -748,7 +672,7 @@ int cmd_moe(int argc, char **argv)
     }
     if (ctx.progress) fputs("\r\033[K", stderr);
     print_table(out, &report, verbose);
-    if (json_arg && strcmp(json_arg, "-") == 0 && json_to_stdout(&report, &err) != FP4_OK) {
+    if (json_arg && strcmp(json_arg, "-") == 0 && cli_json_to_stdout(&report, &err) != FP4_OK) {
         fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
         if (rc == 0) rc = EXIT_RUNTIME;
     }

@@ -1,15 +1,12 @@
 /* fp4bench run (and the default suite): measure cases on backends and report. */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "fp4_version.h"
 #include "fp4/backend.h"
 #include "fp4/device.h"
 #include "fp4/engine.h"
@@ -108,28 +105,6 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
     }
 }
 
-/* Set by the SIGINT handler, read by the engine between samples. A signal
- * handler can only reach static storage: this is the one such variable. */
-static volatile sig_atomic_t interrupt_requested;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupt_requested = 1;
-}
-
-/* Ctrl-C once: stop and keep what was measured; twice: the default action
- * (SA_RESETHAND), for a run stuck where the engine does not look. */
-static void catch_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    (void)sigaction(SIGINT, &sa, NULL);
-}
-
 /* Append ops unless a backend of that name is already listed (rows are told
  * apart by backend name, so two of one name would be ambiguous). */
 static int add_unique(const fp4_backend_ops **list, int *n, const fp4_backend_ops *ops)
@@ -171,49 +146,6 @@ static void add_backends(const cli_args *a, const char *names, const fp4_backend
         }
         add_unique(list, n, ops);
     }
-}
-
-/* --json -: the JSON writer writes files atomically (a temporary file, then
- * rename), so the document goes to a private temporary directory first and
- * is copied to stdout from there. */
-static fp4_status json_to_stdout(const fp4_report *report, fp4_err *err)
-{
-    char dir[4096], path[4096 + 16], buf[65536];
-    const char *tmp = getenv("TMPDIR");
-    fp4_status st;
-    FILE *f;
-    size_t n;
-    char *d;
-    if (!tmp || !tmp[0]) tmp = "/tmp";
-    if (snprintf(dir, sizeof dir, "%s/fp4bench-XXXXXX", tmp) >= (int)sizeof dir)
-        return fp4_fail(err, FP4_ERR_IO, "TMPDIR is too long");
-    d = mkdtemp(dir);
-    if (!d) return fp4_fail(err, FP4_ERR_IO, "cannot create a temporary directory in %s: %s", tmp,
-                            strerror(errno));
-    snprintf(path, sizeof path, "%s/report.json", d);
-    st = fp4_report_write_json(path, report, err);
-    if (st == FP4_OK) {
-        f = fopen(path, "rb");
-        if (!f) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
-        while (st == FP4_OK && (n = fread(buf, 1, sizeof buf, f)) > 0)
-            if (fwrite(buf, 1, n, stdout) != n)
-                st = fp4_fail(err, FP4_ERR_IO, "cannot write the JSON to stdout");
-        if (f && ferror(f) && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot read back %s", path);
-        if (f) fclose(f);
-    }
-    if (remove(path) != 0 && st == FP4_OK && errno != ENOENT)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", path);
-    if (rmdir(d) != 0 && st == FP4_OK)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", d);
-    return st;
-}
-
-static void now_iso(char *buf, size_t len)
-{
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 int cmd_run(int argc, char **argv, int default_suite)
@@ -353,25 +285,11 @@ int cmd_run(int argc, char **argv, int default_suite)
                 cli_usage_error(&a, "--baseline '%s' is not a GEMM: no ratio against it means anything",
                                 set.baseline);
     }
-    interrupt_requested = 0;
-    set.interrupt = &interrupt_requested;
+    set.interrupt = cli_interrupt_flag();
     if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
 
-    snprintf(report.version, sizeof report.version, "%s", FP4_VERSION);
-    snprintf(report.commit, sizeof report.commit, "%s", FP4_GIT_COMMIT);
-    now_iso(report.started, sizeof report.started);
-    if (gethostname(report.host, sizeof report.host) != 0) report.host[0] = '\0';
-    report.host[sizeof report.host - 1] = '\0';
     /* argv[0] is "run" for the subcommand, the program path for the default suite */
-    snprintf(report.command, sizeof report.command, "fp4bench%s", default_suite ? "" : " run");
-    for (int i = 1; i < argc; i++) {
-        size_t len = strlen(report.command);
-        if (len + 1 + strlen(argv[i]) + 4 >= sizeof report.command) { /* say it was cut */
-            snprintf(report.command + len, sizeof report.command - len, " ...");
-            break;
-        }
-        snprintf(report.command + len, sizeof report.command - len, " %s", argv[i]);
-    }
+    cli_stamp_report(&report, default_suite ? "fp4bench" : "fp4bench run", argc, argv);
 
     if (csv_path && strcmp(csv_path, "-") == 0) {
         ctx.csv = stdout;
@@ -397,7 +315,7 @@ int cmd_run(int argc, char **argv, int default_suite)
     if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
         cli_die(a.cmd, &err);
 
-    catch_sigint();
+    cli_catch_sigint();
     for (int i = 0; i < cases.count; i++) {
         fp4_status cst = fp4_engine_run_case(engine, &cases.items[i], i, backends, nbackends,
                                              &report, on_row, &ctx, &err);
@@ -421,7 +339,7 @@ int cmd_run(int argc, char **argv, int default_suite)
     }
     if (ctx.progress) fputs("\r\033[K", stderr);
     fp4_report_print_table_verbose(out, &report, verbose);
-    if (json_arg && strcmp(json_arg, "-") == 0 && json_to_stdout(&report, &err) != FP4_OK) {
+    if (json_arg && strcmp(json_arg, "-") == 0 && cli_json_to_stdout(&report, &err) != FP4_OK) {
         fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
         if (rc == 0) rc = EXIT_RUNTIME;
     }
