@@ -31,6 +31,13 @@ Several modes run one after the other on one build. Modes:
            alone (within 2%); the planted faults (tests/plugins/plugin_fault.c:
            a backend ignoring the copy index, an off-by-one-code quantizer, a 5%
            wrong fp8 alpha) each FAILED with exit 1
+  moe      build; the MoE GPU tests (gpu_moe, gpu_moe_kernel), the grouped
+           kernel timed alone (FP4_MOE_TIME=1), compute-sanitizer memcheck on
+           small MoE layers, then fp4bench moe beside the baselines: GLM-5
+           gate_up/down at T = 1, 512, 2048, 8192; skewed routing; the layer in
+           W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
+  moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
+           tree's, the tests are rebuilt, its own test and timing run
   all      check, then bench
   ctest, verify, sanitize         the three parts of check alone
   independent, baseline           the two parts of bench alone
@@ -66,7 +73,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -389,6 +396,61 @@ PY
   compgen -G "build-dev/tests/*plugin_fault_*.so" >/dev/null || fail "no fault plugins built"
 }
 
+# ---- moe --------------------------------------------------------------------------------
+# moe_run NAME ARGS...: one fp4bench moe command, its JSON in OUT, its table in the log
+moe_run() {
+  local name=$1 rc
+  shift
+  say "== fp4bench moe $* -> $OUT/moe-$name.json"
+  timeout 400 $B moe "$@" --max-time "${MAX_TIME:-2}" --json "$OUT/moe-$name.json" >"$tmp/moe.txt" 2>&1
+  rc=$?
+  cat "$tmp/moe.txt" >>"$log"
+  grep -vE "^\s*$" "$tmp/moe.txt" | tail -40
+  say "moe $name: exit $rc"
+  [ $rc -eq 0 ] || fail "moe $name (exit $rc)"
+}
+
+mode_moe() {
+  local rc t=$tmp/moe-ctest.txt SAN
+  say "== ctest -R 'gpu_moe|gpu_engine'"
+  (cd build-dev && ctest --output-on-failure --timeout 400 -R 'gpu_moe|gpu_engine') >"$t" 2>&1
+  rc=$?
+  cat "$t" >>"$log"
+  grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
+  [ $rc -eq 0 ] || fail "MoE GPU tests (exit $rc)"
+  if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped (no GPU seen)"; fi
+  say "== the grouped kernel alone (FP4_MOE_TIME=1)"
+  FP4_MOE_TIME=1 timeout 300 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -iE "time|us |fail|pass|%" | tail -30 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$SAN" ]; then
+    timeout -k 10 300 "$SAN" --tool memcheck --error-exitcode 9 $B moe --dims 2048,768,128,8 --tokens 1,77 \
+      --step gate_up,down,layer --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/san.txt" 2>&1
+    rc=$?
+    head -100 "$tmp/san.txt" >>"$log"
+    say "memcheck moe-fp4-sm90 (2048,768,128,8; T = 1, 77; every step and mode): exit $rc; $(grep -E "ERROR SUMMARY" "$tmp/san.txt" | tail -1)"
+    [ $rc -eq 0 ] || fail "memcheck moe (exit $rc)"
+  fi
+  moe_run glm5 --model glm5 --tokens 1,512,2048,8192 --step gate_up,down
+  moe_run glm5-skewed --model glm5 --tokens 512 --routing skewed --zipf 1.2 --step gate_up,down
+  moe_run glm5-layer --model glm5 --tokens 16,512 --step layer --mode w4a4,w4a16
+  moe_run glm5-w4a16 --model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16
+  moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
+}
+
+mode_moe_alt() {
+  if [ -z "${MOE_ALT:-}" ] || [ ! -f "$MOE_ALT" ]; then fail "moe-alt: MOE_ALT must name a moe.cu (got '${MOE_ALT:-}')"; return; fi
+  cp "$MOE_ALT" src/kernels/sm90/moe.cu
+  if ! cmake --build build-dev -j "$(nproc)" >"$tmp/alt-build.txt" 2>&1; then
+    grep -E "error" -A3 "$tmp/alt-build.txt" | head -40 | tee -a "$log"
+    fail "moe-alt build"; return
+  fi
+  say "== moe-alt ($MOE_ALT): gpu_moe_kernel, then timed"
+  timeout 300 ./build-dev/tests/gpu_moe_kernel >"$tmp/alt.txt" 2>&1 || fail "moe-alt gpu_moe_kernel (exit $?)"
+  tail -5 "$tmp/alt.txt" | tee -a "$log"
+  FP4_MOE_TIME=1 timeout 300 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -iE "time|us |fail|pass|%" | tail -30 | tee -a "$log"
+}
+
 # ---- profile ----------------------------------------------------------------------------
 mode_profile() {
   local NCU
@@ -444,6 +506,8 @@ if [ $built = 1 ]; then
       compare) mode_compare ;;
       profile) mode_profile ;;
       engine) mode_engine ;;
+      moe) mode_moe ;;
+      moe-alt) mode_moe_alt ;;
       all) mode_check; mode_bench ;;
     esac
   done
