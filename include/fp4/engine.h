@@ -183,7 +183,7 @@ typedef struct fp4_row {
 
     /* measurement */
     char l2[8];        /* "cold" or "hot" */
-    char timing[8];    /* "graph", "launch" or "host" */
+    char timing[16];   /* "graph", "graph-nogate" (see docs/JSON.md), "launch" or "host" */
     int copies;        /* operand sets rotated through */
     int batch;         /* calls per sample */
     /* device memory prepare() allocated for all copies (measured), the

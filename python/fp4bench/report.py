@@ -25,7 +25,7 @@ MAX_EXACT_INT = (1 << 53) - 1
 # The C reader's field sizes (bytes with the NUL): longer strings are refused.
 _CAP = {
     "label": 64, "backend": 48, "variant": 192, "reason": 384, "verify_note": 192,
-    "l2": 8, "timing": 8, "version": 32, "commit": 48, "started": 40, "host": 64,
+    "l2": 8, "timing": 16, "version": 32, "commit": 48, "started": 40, "host": 64,
     "command": 4096, "name": 128, "why_absent": 384, "driver_string": 64, "baseline": 48,
 }
 
@@ -76,7 +76,7 @@ class Row:
     err_max: float = math.nan
     err_norm: float = math.nan
     l2: str = "cold"             # "cold", "warm", "hot", "n/a"
-    timing: str = "graph"        # "graph", "launch", "host"
+    timing: str = "graph"        # "graph", "graph-nogate", "launch", "host"
     copies: int = 0
     batch: int = 0
     rotation_bytes: float = 0.0

@@ -70,8 +70,12 @@ typedef struct loop_plan {
     float *route_w;          /* device [P] */
     int *kgu, *kdn;          /* [E] kernel per expert (0: idle) */
     float *agu, *adn;        /* [E] alpha per expert */
-    void *ws;
-    size_t ws_bytes;
+    /* Two workspaces: decode and mid keep arrival counters that must stay
+     * zero between launches (each launch re-zeroes what it used), while
+     * prefill overwrites its workspace with converted weights. Shared, a
+     * prefill expert would leave garbage counters for the next mid expert. */
+    void *ws_zeroed, *ws_scratch;
+    size_t ws_zeroed_bytes, ws_scratch_bytes;
     loop_copy *c;
     char variant[192];
 } loop_plan;
@@ -210,7 +214,8 @@ static void loop_release(void *plan_)
     fp4_gpu_release(pl->map, "moe-loop-fp4 row map", w);
     fp4_gpu_release(pl->row_of_pair, "moe-loop-fp4 pair rows", w);
     fp4_gpu_release(pl->route_w, "moe-loop-fp4 routing weights", w);
-    fp4_gpu_release(pl->ws, "moe-loop-fp4 workspace", w);
+    fp4_gpu_release(pl->ws_zeroed, "moe-loop-fp4 workspace", w);
+    fp4_gpu_release(pl->ws_scratch, "moe-loop-fp4 prefill workspace", w);
     free(pl->row_of_pair_host);
     free(pl->start);
     free(pl->kgu);
@@ -218,6 +223,11 @@ static void loop_release(void *plan_)
     free(pl->agu);
     free(pl->adn);
     free(pl);
+}
+
+static int kernel_keeps_zeroed_ws(int kernel)
+{
+    return kernel == FP4_SM90_DECODE || kernel == FP4_SM90_MID;
 }
 
 /* Kernels, packs and workspace of one kind of GEMM (n x k weights). */
@@ -234,7 +244,8 @@ static fp4_status plan_gemms(loop_plan *pl, loop_weights *lw, const fp4_matrix *
         if ((st = pick_kernel(pl->inst, m, w[e].rows, w[e].cols, &kern[e], err)) != FP4_OK) return st;
         if ((st = pack_ensure(pl->inst, lw, w, plan->experts, e, kern[e], pl->copies, err)) != FP4_OK) return st;
         const size_t ws = fp4_sm90_workspace_size(kern[e], m, w[e].rows, w[e].cols);
-        if (ws > pl->ws_bytes) pl->ws_bytes = ws;
+        size_t *need = kernel_keeps_zeroed_ws(kern[e]) ? &pl->ws_zeroed_bytes : &pl->ws_scratch_bytes;
+        if (ws > *need) *need = ws;
         counts[kern[e] - 1]++;
     }
     return FP4_OK;
@@ -299,10 +310,14 @@ static fp4_status loop_prepare(void *inst_, const fp4_moe_problem *p, int copies
                                             kind ? "down" : "gate_up", fp4_sm90_kernel_by_id(i + 1)->name, cnt[i]);
         }
     }
-    if (pl->ws_bytes) {
-        if ((st = fp4_gpu_alloc(&pl->ws, pl->ws_bytes, "moe-loop-fp4 workspace", err)) != FP4_OK) goto fail;
-        FP4_CUDA_GOTO(err, st, cudaMemset(pl->ws, 0, pl->ws_bytes), fail);
+    if (pl->ws_zeroed_bytes) {
+        if ((st = fp4_gpu_alloc(&pl->ws_zeroed, pl->ws_zeroed_bytes, "moe-loop-fp4 workspace", err)) != FP4_OK)
+            goto fail;
+        FP4_CUDA_GOTO(err, st, cudaMemset(pl->ws_zeroed, 0, pl->ws_zeroed_bytes), fail);
     }
+    if (pl->ws_scratch_bytes &&
+        (st = fp4_gpu_alloc(&pl->ws_scratch, pl->ws_scratch_bytes, "moe-loop-fp4 prefill workspace", err)) != FP4_OK)
+        goto fail;
     for (int i = 0; i < copies; i++) {
         loop_copy *c = &pl->c[i];
         const size_t a_sf = fp4_swizzled_size(pl->rows, K1);
@@ -389,8 +404,13 @@ static fp4_status expert_gemms(const loop_plan *pl, const fp4_matrix *w, const l
         a.b_sf = pk->scales;
         a.alpha = alpha[e];
         a.d = d + (size_t)start * (size_t)n;
-        a.workspace = pl->ws;
-        a.workspace_bytes = pl->ws_bytes;
+        if (kernel_keeps_zeroed_ws(kern[e])) {
+            a.workspace = pl->ws_zeroed;
+            a.workspace_bytes = pl->ws_zeroed_bytes;
+        } else {
+            a.workspace = pl->ws_scratch;
+            a.workspace_bytes = pl->ws_scratch_bytes;
+        }
         a.num_sms = pl->inst->num_sms;
         fp4_status st = fp4_sm90_gemm(&a, s, err);
         if (st != FP4_OK) return st;
