@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The source tree's layering, checked on its #include lines:
-#   core < format < (io, reference, kernels, moe) < backends < (bench, shapes) < report < cli
+#   core < format < (io, reference, kernels, moe, parallel) < backends
+#        < (bench, shapes, multigpu) < report < cli
 # No file may include a header of a higher layer, the include graph has no
 # cycle, and only the backends include src/backends/ headers (everyone else
 # reaches them through fp4/backend.h). Public headers belong to the layer that
@@ -12,8 +13,8 @@ cd "$ROOT" || exit 2
 
 rank() {
     case $1 in
-    core) echo 0 ;; format) echo 1 ;; io | reference | kernels | moe) echo 2 ;;
-    backends) echo 3 ;; bench | shapes) echo 4 ;; report) echo 5 ;; cli) echo 6 ;;
+    core) echo 0 ;; format) echo 1 ;; io | reference | kernels | moe | parallel) echo 2 ;;
+    backends) echo 3 ;; bench | shapes | multigpu) echo 4 ;; report) echo 5 ;; cli) echo 6 ;;
     *) echo -1 ;;
     esac
 }
@@ -27,6 +28,8 @@ layer_of() {
     include/fp4/io.h) echo io ;;
     include/fp4/reference.h) echo reference ;;
     include/fp4/moe.h) echo moe ;;
+    include/fp4/parallel.h) echo parallel ;;
+    include/fp4/multigpu.h) echo multigpu ;;
     include/fp4/backend.h | include/fp4/moe_backend.h) echo backends ;;
     include/fp4/shapes.h) echo shapes ;;
     include/fp4/stats.h | include/fp4/device.h | include/fp4/engine.h | include/fp4/moe_engine.h) echo bench ;;
