@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "fp4_version.h"
 
+
 static const char usage[] =
     "fp4bench " FP4_VERSION " (" FP4_GIT_COMMIT "): which NVFP4 GEMM kernel is fastest, how close to\n"
     "the hardware limit, and is it correct.\n"
@@ -23,6 +24,7 @@ static const char usage[] =
     "  compare     compare two JSON results; exit 1 on regression\n"
     "  report      JSON results -> one self-contained HTML report with plots (--html)\n"
     "  moe         routed MoE expert layers (gate_up, down, the whole layer)\n"
+    "  nccl        NCCL all-reduce and all-to-all across the GPUs, verified then timed\n"
     "\n"
     "  --help      this text (COMMAND --help for each command)\n"
     "  --version   version and git commit\n"
@@ -51,6 +53,7 @@ int main(int argc, char **argv)
     if (strcmp(c, "compare") == 0) return cmd_compare(argc - 1, argv + 1);
     if (strcmp(c, "report") == 0) return cmd_report(argc - 1, argv + 1);
     if (strcmp(c, "moe") == 0) return cmd_moe(argc - 1, argv + 1);
+    if (strcmp(c, "nccl") == 0) return cmd_nccl(argc - 1, argv + 1);
     if (c[0] == '-') return cmd_run(argc, argv, 1); /* flags of the default suite */
     fprintf(stderr, "fp4bench: unknown command '%s' (see fp4bench --help)\n", c);
     return EXIT_USAGE;
