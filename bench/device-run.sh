@@ -36,6 +36,8 @@ Several modes run one after the other on one build. Modes:
            small MoE layers, then fp4bench moe beside the baselines: GLM-5
            gate_up/down at T = 1, 512, 2048, 8192; skewed routing; the layer in
            W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
+  multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
+           (JSON in OUT)
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
            tree's, the tests are rebuilt, its own test and timing run
   all      check, then bench
@@ -73,7 +75,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | multigpu | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -142,6 +144,7 @@ build() {
   if cmake -S "$src" -B "$dir" "${cmake_args[@]}" >"$out" 2>&1 &&
      FP4_COMMIT=$stamp cmake --build "$dir" -j "$(nproc)" >>"$out" 2>&1; then
     say "== build $src -> $dir: $((SECONDS - t0)) s"
+    grep -E "^-- (NCCL|MPI):" "$out" | tee -a "$log"
     return 0
   fi
   say "== build $src -> $dir failed after $((SECONDS - t0)) s; its errors:"
@@ -413,7 +416,7 @@ moe_run() {
 mode_moe() {
   local rc t=$tmp/moe-ctest.txt SAN
   say "== ctest -R 'gpu_moe|gpu_engine'"
-  (cd build-dev && ctest --output-on-failure --timeout 400 -R 'gpu_moe|gpu_engine') >"$t" 2>&1
+  (cd build-dev && ctest --output-on-failure --timeout 400 -R 'gpu_moe|gpu_engine' -j 2) >"$t" 2>&1
   rc=$?
   cat "$t" >>"$log"
   grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
@@ -424,18 +427,38 @@ mode_moe() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$SAN" ]; then
-    timeout -k 10 300 "$SAN" --tool memcheck --error-exitcode 9 $B moe --dims 2048,768,128,8 --tokens 1,77 \
-      --step gate_up,down,layer --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/san.txt" 2>&1
-    rc=$?
-    head -100 "$tmp/san.txt" >>"$log"
-    say "memcheck moe-fp4-sm90 (2048,768,128,8; T = 1, 77; every step and mode): exit $rc; $(grep -E "ERROR SUMMARY" "$tmp/san.txt" | tail -1)"
-    [ $rc -eq 0 ] || fail "memcheck moe (exit $rc)"
+    local tok
+    for tok in 32 64; do # both chunk widths of the grouped kernel
+      FP4_SM90_MOE_TOK=$tok timeout -k 10 300 "$SAN" --tool memcheck --error-exitcode 9 $B moe --dims 2048,768,128,8 \
+        --tokens 1,77,700 --step gate_up,down,layer --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only --quiet \
+        >"$tmp/san.txt" 2>&1
+      rc=$?
+      head -100 "$tmp/san.txt" >>"$log"
+      say "memcheck moe-fp4-sm90 TOK $tok (2048,768,128,8; T = 1, 77, 700; every step and mode): exit $rc; $(grep -E "ERROR SUMMARY" "$tmp/san.txt" | tail -1)"
+      [ $rc -eq 0 ] || fail "memcheck moe TOK $tok (exit $rc)"
+    done
   fi
   moe_run glm5 --model glm5 --tokens 1,512,2048,8192 --step gate_up,down
   moe_run glm5-skewed --model glm5 --tokens 512 --routing skewed --zipf 1.2 --step gate_up,down
   moe_run glm5-layer --model glm5 --tokens 16,512 --step layer --mode w4a4,w4a16
-  moe_run glm5-w4a16 --model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16
+  moe_run glm5-w4a16 --model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16 \
+    --backend moe-cublas-bf16,moe-fp4-sm90
   moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
+}
+
+mode_multigpu() {
+  local rc t=$tmp/mg-ctest.txt
+  say "== ctest -R 'nccl|gpus|layer' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
+  (cd build-dev && ctest --output-on-failure --timeout 300 -R 'nccl|gpus|layer') >"$t" 2>&1
+  rc=$?
+  cat "$t" >>"$log"
+  grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
+  [ $rc -eq 0 ] || fail "multi-GPU tests (exit $rc)"
+  if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped"; fi
+  say "== fp4bench nccl --gpus all -> $OUT/nccl.json"
+  timeout 200 $B nccl --gpus all --sizes 1M,64M,1G --json "$OUT/nccl.json" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "fp4bench nccl (exit $rc)"
 }
 
 mode_moe_alt() {
@@ -508,6 +531,7 @@ if [ $built = 1 ]; then
       engine) mode_engine ;;
       moe) mode_moe ;;
       moe-alt) mode_moe_alt ;;
+      multigpu) mode_multigpu ;;
       all) mode_check; mode_bench ;;
     esac
   done
