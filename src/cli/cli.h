@@ -17,6 +17,7 @@ int cmd_compare(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_moe(int argc, char **argv);
 int cmd_nccl(int argc, char **argv);
+int cmd_layer(int argc, char **argv);
 
 /* ---- shared by the measuring commands (cli/measure.c) ---- */
 /* The flag the engine reads (fp4_settings.interrupt), cleared. */

@@ -25,6 +25,7 @@ static const char usage[] =
     "  report      JSON results -> one self-contained HTML report with plots (--html)\n"
     "  moe         routed MoE expert layers (gate_up, down, the whole layer)\n"
     "  nccl        NCCL all-reduce and all-to-all across the GPUs, verified then timed\n"
+    "  layer       an MoE (TP or EP) or attention (TP) layer over several GPUs, NCCL in the graphs\n"
     "\n"
     "  --help      this text (COMMAND --help for each command)\n"
     "  --version   version and git commit\n"
@@ -54,6 +55,7 @@ int main(int argc, char **argv)
     if (strcmp(c, "report") == 0) return cmd_report(argc - 1, argv + 1);
     if (strcmp(c, "moe") == 0) return cmd_moe(argc - 1, argv + 1);
     if (strcmp(c, "nccl") == 0) return cmd_nccl(argc - 1, argv + 1);
+    if (strcmp(c, "layer") == 0) return cmd_layer(argc - 1, argv + 1);
     if (c[0] == '-') return cmd_run(argc, argv, 1); /* flags of the default suite */
     fprintf(stderr, "fp4bench: unknown command '%s' (see fp4bench --help)\n", c);
     return EXIT_USAGE;

@@ -1,0 +1,254 @@
+/* The results of fp4bench layer: rows, the JSON (schema "fp4bench-layer/1",
+ * docs/PARALLEL.md "fp4bench layer") and the table. JSON conventions as in
+ * docs/JSON.md: microseconds, 10^9 B/s, null for a number that is not finite. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp4/io.h"
+#include "multigpu/layer.h"
+
+#define LAYER_JSON_SCHEMA "fp4bench-layer/1"
+
+fp4_status fp4_layer_report_add(fp4_layer_report *r, const fp4_layer_row *row, fp4_err *err)
+{
+    if (r->nrows == r->cap) {
+        const int cap = r->cap ? 2 * r->cap : 16;
+        fp4_layer_row *rows = realloc(r->rows, (size_t)cap * sizeof *rows);
+        if (!rows) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for %d result rows", cap);
+        r->rows = rows;
+        r->cap = cap;
+    }
+    r->rows[r->nrows++] = *row;
+    return FP4_OK;
+}
+
+void fp4_layer_report_free(fp4_layer_report *r)
+{
+    if (!r) return;
+    free(r->rows);
+    r->rows = NULL;
+    r->nrows = r->cap = 0;
+}
+
+/* Building the tree: the first failed allocation clears *ok, and the writer
+ * then gives up once. */
+static void put(int *ok, cJSON *obj, const char *key, cJSON *item)
+{
+    if (*ok && obj && item && cJSON_AddItemToObject(obj, key, item)) return;
+    cJSON_Delete(item);
+    *ok = 0;
+}
+
+/* A finite number with 17 significant digits (reads back the same), else null. */
+static cJSON *num(double v)
+{
+    char text[40];
+    if (!isfinite(v)) return cJSON_CreateNull();
+    snprintf(text, sizeof text, "%.17g", v);
+    for (char *p = text; *p; p++)
+        if (*p == ',') *p = '.'; /* a locale's decimal comma */
+    return cJSON_CreateRaw(text);
+}
+
+/* A bounded string, bytes that are not UTF-8 replaced. */
+static cJSON *text(const char *s, size_t cap)
+{
+    char buf[4200];
+    size_t len = strnlen(s, cap < sizeof buf - 1 ? cap : sizeof buf - 1);
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    fp4_utf8_sanitize(buf, len);
+    return cJSON_CreateString(buf);
+}
+#define TEXT(field) text((field), sizeof(field))
+
+static cJSON *row_json(int *ok, const fp4_layer_row *w)
+{
+    cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray();
+    const int moe = w->kind != FP4_LAYER_ATTN;
+    if (!o || !ranks) {
+        cJSON_Delete(o);
+        cJSON_Delete(ranks);
+        *ok = 0;
+        return NULL;
+    }
+    put(ok, o, "kind", cJSON_CreateString(fp4_layer_kind_name(w->kind)));
+    put(ok, o, "mode", moe ? cJSON_CreateString(fp4_moe_mode_name(w->mode)) : cJSON_CreateNull());
+    put(ok, o, "ranks", num(w->ranks));
+    put(ok, o, "tokens", num((double)w->tokens));
+    put(ok, o, "devices", TEXT(w->devices));
+    put(ok, o, "shapes", TEXT(w->shapes));
+    put(ok, o, "state", cJSON_CreateString(fp4_layer_state_name(w->state)));
+    put(ok, o, "why", TEXT(w->why));
+    put(ok, o, "check", TEXT(w->check));
+    put(ok, o, "err_max", num(w->err_max));
+    put(ok, o, "err_norm", num(w->err_norm));
+    put(ok, o, "tol_max", num(w->tol_max));
+    put(ok, o, "tol_norm", num(w->tol_norm));
+    put(ok, o, "iters", num(w->iters));
+    put(ok, o, "reps", num(w->reps));
+    put(ok, o, "total_us", num(w->total_us));
+    put(ok, o, "compute_us", num(w->compute_us));
+    put(ok, o, "allreduce_us", num(w->allreduce_us));
+    put(ok, o, "dispatch_us", num(w->dispatch_us));
+    put(ok, o, "combine_us", num(w->combine_us));
+    put(ok, o, "slowest_rank", w->slowest_rank >= 0 ? num(w->slowest_rank) : cJSON_CreateNull());
+    put(ok, o, "flops", num(w->flops));
+    put(ok, o, "tflops", num(w->tflops));
+    put(ok, o, "allreduce_bytes", num(w->allreduce_bytes));
+    put(ok, o, "allreduce_busbw_gbps", num(w->allreduce_busbw_gbps));
+    put(ok, o, "dispatch_bytes", num(w->dispatch_bytes));
+    put(ok, o, "dispatch_wire_bytes", num(w->dispatch_wire_bytes));
+    put(ok, o, "dispatch_busbw_gbps", num(w->dispatch_busbw_gbps));
+    put(ok, o, "combine_bytes", num(w->combine_bytes));
+    put(ok, o, "combine_wire_bytes", num(w->combine_wire_bytes));
+    put(ok, o, "combine_busbw_gbps", num(w->combine_busbw_gbps));
+    put(ok, o, "recv_imbalance", num(w->recv_imbalance));
+    for (int k = 0; k < w->ranks && k < FP4_NCCL_MAX_RANKS && *ok; k++)
+        if (!cJSON_AddItemToArray(ranks, num(w->rank_total_us[k]))) *ok = 0;
+    put(ok, o, "rank_total_us", ranks);
+    return o;
+}
+
+static cJSON *report_json(const fp4_layer_report *r)
+{
+    int ok = 1;
+    cJSON *root = cJSON_CreateObject(), *o, *rows;
+    const fp4_layer_spec *sp = &r->spec;
+    char label[96];
+    if (!root) return NULL;
+    put(&ok, root, "schema", cJSON_CreateString(LAYER_JSON_SCHEMA));
+    put(&ok, root, "schema_version", num(1));
+    o = cJSON_CreateObject();
+    put(&ok, root, "fp4bench", o);
+    put(&ok, o, "version", TEXT(r->version));
+    put(&ok, o, "commit", TEXT(r->commit));
+    put(&ok, root, "started", TEXT(r->started));
+    put(&ok, root, "host", TEXT(r->host));
+    put(&ok, root, "command", TEXT(r->command));
+    put(&ok, root, "unsupported", TEXT(r->unsupported));
+    o = cJSON_CreateObject();
+    put(&ok, root, "layer", o);
+    put(&ok, o, "kind", cJSON_CreateString(fp4_layer_kind_name(sp->kind)));
+    put(&ok, o, "model", TEXT(sp->model));
+    if (sp->kind == FP4_LAYER_ATTN) {
+        put(&ok, o, "hidden", num((double)sp->attn.hidden));
+        put(&ok, o, "q_heads", num(sp->attn.q_heads));
+        put(&ok, o, "kv_heads", num(sp->attn.kv_heads));
+        put(&ok, o, "head_dim", num((double)sp->attn.head_dim));
+    } else {
+        put(&ok, o, "hidden", num((double)sp->dims.hidden));
+        put(&ok, o, "inter", num((double)sp->dims.inter));
+        put(&ok, o, "experts", num(sp->dims.experts));
+        put(&ok, o, "top_k", num(sp->dims.top_k));
+        put(&ok, o, "act", cJSON_CreateString(fp4_moe_act_name(sp->dims.act) ? fp4_moe_act_name(sp->dims.act) : "?"));
+        put(&ok, o, "mode", cJSON_CreateString(fp4_moe_mode_name(sp->mode) ? fp4_moe_mode_name(sp->mode) : "?"));
+        fp4_moe_route_describe(&sp->route, label, sizeof label);
+        put(&ok, o, "routing", cJSON_CreateString(label));
+    }
+    if (r->have_info) {
+        const fp4_nccl_info *in = &r->info;
+        snprintf(label, sizeof label, "%d.%d.%d", in->nccl_version / 10000, in->nccl_version / 100 % 100,
+                 in->nccl_version % 100);
+        o = cJSON_CreateObject();
+        put(&ok, root, "nccl", o);
+        put(&ok, o, "version", cJSON_CreateString(label));
+        put(&ok, o, "nvls", cJSON_CreateFalse()); /* the set forces NCCL_NVLS_ENABLE=0 */
+        put(&ok, o, "driver_version", num(in->driver_version));
+        put(&ok, o, "runtime_version", num(in->runtime_version));
+        put(&ok, o, "gpu", TEXT(in->gpus[0].name));
+    } else {
+        put(&ok, root, "nccl", cJSON_CreateNull());
+    }
+    o = cJSON_CreateObject();
+    put(&ok, root, "settings", o);
+    put(&ok, o, "iters", num(r->settings.iters));
+    put(&ok, o, "warmup", num(r->settings.warmup));
+    put(&ok, o, "reps", num(r->settings.reps));
+    put(&ok, o, "seed", num((double)r->settings.seed));
+    rows = cJSON_CreateArray();
+    for (int i = 0; rows && i < r->nrows && ok; i++) {
+        cJSON *row = row_json(&ok, &r->rows[i]);
+        if (!row || !cJSON_AddItemToArray(rows, row)) {
+            cJSON_Delete(row);
+            ok = 0;
+        }
+    }
+    put(&ok, root, "rows", rows);
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+fp4_status fp4_layer_write_json(const char *path, const fp4_layer_report *r, fp4_err *err)
+{
+    cJSON *root;
+    char *doc, tmp[4200];
+    FILE *f;
+    fp4_status st = FP4_OK;
+    if (!path || !path[0] || !r) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_layer_write_json: no path or report");
+    root = report_json(r);
+    doc = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!doc) return fp4_fail(err, FP4_ERR_NOMEM, "no memory writing %s", path);
+    if (strcmp(path, "-") == 0) {
+        if (printf("%s\n", doc) < 0 || fflush(stdout) != 0) st = fp4_fail(err, FP4_ERR_IO, "cannot write to stdout");
+        cJSON_free(doc);
+        return st;
+    }
+    /* path.tmp renamed over path: a reader never sees half a document */
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        cJSON_free(doc);
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "path too long: %s", path);
+    }
+    if (!(f = fopen(tmp, "wb"))) {
+        st = fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    } else {
+        if (fprintf(f, "%s\n", doc) < 0) st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (fclose(f) != 0 && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (st == FP4_OK && rename(tmp, path) != 0)
+            st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (st != FP4_OK) remove(tmp);
+    }
+    cJSON_free(doc);
+    return st;
+}
+
+/* ---- the table ------------------------------------------------------------------------------------------ */
+
+void fp4_layer_print_header(FILE *out, fp4_layer_kind kind)
+{
+    if (kind == FP4_LAYER_EP)
+        fprintf(out, "%-9s %5s %7s %-10s %10s %10s %10s %10s %9s %9s %7s  %s\n", "layer", "ranks", "tokens", "state",
+                "total_us", "dispatch", "compute", "combine", "disp_GB/s", "comb_GB/s", "TFLOP/s", "check");
+    else
+        fprintf(out, "%-9s %5s %7s %-10s %10s %10s %10s %9s %7s  %s\n", "layer", "ranks", "tokens", "state",
+                "total_us", "compute", "allreduce", "busbw", "TFLOP/s", "check");
+}
+
+void fp4_layer_print_row(FILE *out, const fp4_layer_row *w)
+{
+    const char *name = w->kind == FP4_LAYER_ATTN ? "attention" : w->kind == FP4_LAYER_TP ? "tp" : "ep";
+    char label[16];
+    snprintf(label, sizeof label, "%s%s%s", name, w->kind == FP4_LAYER_ATTN ? "" : "/",
+             w->kind == FP4_LAYER_ATTN ? "" : fp4_moe_mode_name(w->mode) ? fp4_moe_mode_name(w->mode) : "?");
+    if (w->state != FP4_LAYER_ROW_OK) {
+        fprintf(out, "%-9s %5d %7lld %s (%s)\n", label, w->ranks, (long long)w->tokens, fp4_layer_state_name(w->state),
+                w->why);
+        return;
+    }
+    if (w->kind == FP4_LAYER_EP)
+        fprintf(out, "%-9s %5d %7lld %-10s %10.2f %10.2f %10.2f %10.2f %9.2f %9.2f %7.2f  err %.2g/%.2g, %s\n", label,
+                w->ranks, (long long)w->tokens, "ok", w->total_us, w->dispatch_us, w->compute_us, w->combine_us,
+                w->dispatch_busbw_gbps, w->combine_busbw_gbps, w->tflops, w->err_max, w->err_norm, w->check);
+    else
+        fprintf(out, "%-9s %5d %7lld %-10s %10.2f %10.2f %10.2f %9.2f %7.2f  err %.2g/%.2g, %s\n", label, w->ranks,
+                (long long)w->tokens, "ok", w->total_us, w->compute_us, w->allreduce_us, w->allreduce_busbw_gbps,
+                w->tflops, w->err_max, w->err_norm, w->check);
+}
