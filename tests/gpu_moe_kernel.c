@@ -636,29 +636,13 @@ static void time_glm5(void)
     void *w = make_timing_weights(4096, 6144, &globals);
     if (w) {
         for (size_t i = 0; i < sizeof gate_up / sizeof gate_up[0]; i++) time_case(&gate_up[i], w, globals);
-        /* the L2 prefetch distance (used when units are few), at T = 1 */
-        static const char *const pf[] = {"16", "32"};
-        for (int i = 0; i < 2; i++) {
-            char name[80];
-            setenv("FP4_SM90_MOE_PREFETCH_KS", pf[i], 1);
-            snprintf(name, sizeof name, "%s, prefetch %s", gate_up[4].name, pf[i]);
-            timing_case tc = gate_up[4];
-            tc.name = name;
-            time_case(&tc, w, globals);
-        }
-        unsetenv("FP4_SM90_MOE_PREFETCH_KS");
-        /* many tokens an expert: the chunk width's own choice (64 here), then 32 */
+        /* many tokens an expert (the decode is repeated for every 32 tokens) */
         static const timing_case wide[] = {
             {"gate_up T=2048 random w4a4", 2048, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
             {"gate_up T=2048 random w4a16", 2048, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_RANDOM},
             {"gate_up T=8192 random w4a4", 8192, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
         };
         for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) time_case(&wide[i], w, globals);
-        setenv("FP4_SM90_MOE_TOK", "32", 1);
-        timing_case tc = wide[0];
-        tc.name = "gate_up T=2048 random w4a4, TOK 32";
-        time_case(&tc, w, globals);
-        unsetenv("FP4_SM90_MOE_TOK");
     }
     cudaFree(w);
     cudaFree(globals);
@@ -666,11 +650,6 @@ static void time_glm5(void)
     w = make_timing_weights(6144, 2048, &globals);
     if (w) {
         for (size_t i = 0; i < sizeof down / sizeof down[0]; i++) time_case(&down[i], w, globals);
-        setenv("FP4_SM90_MOE_PREFETCH_KS", "16", 1);
-        timing_case tc = down[3];
-        tc.name = "down T=1 w4a16, prefetch 16";
-        time_case(&tc, w, globals);
-        unsetenv("FP4_SM90_MOE_PREFETCH_KS");
     }
     cudaFree(w);
     cudaFree(globals);
@@ -686,11 +665,6 @@ int main(void)
     }
     test_refusals();
     test_cases();
-    /* every case again with 64-token chunks (the automatic choice takes them
-     * only at many tokens an expert) */
-    setenv("FP4_SM90_MOE_TOK", "64", 1);
-    test_cases();
-    unsetenv("FP4_SM90_MOE_TOK");
     const char *t = getenv("FP4_MOE_TIME");
     if (t && t[0] && strcmp(t, "0") != 0) time_glm5();
     return check_finish("gpu_moe_kernel");

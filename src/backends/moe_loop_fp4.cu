@@ -69,11 +69,14 @@ typedef struct loop_plan {
     int32_t *row_of_pair_host;
     float *route_w;          /* device [P] */
     int *kgu, *kdn;          /* [E] kernel per expert (0: idle) */
+    size_t *wsgu, *wsdn;     /* [E] decode/mid: the expert's slice of ws_zeroed */
     float *agu, *adn;        /* [E] alpha per expert */
     /* Two workspaces: decode and mid keep arrival counters that must stay
      * zero between launches (each launch re-zeroes what it used), while
-     * prefill overwrites its workspace with converted weights. Shared, a
-     * prefill expert would leave garbage counters for the next mid expert. */
+     * prefill overwrites its workspace with converted weights. The counters'
+     * place depends on the GEMM's size (mid puts its token tiles first), so
+     * each (kernel, M) of a kind gets its own slice of ws_zeroed: a call with
+     * another M would read the previous call's tokens as its counters. */
     void *ws_zeroed, *ws_scratch;
     size_t ws_zeroed_bytes, ws_scratch_bytes;
     loop_copy *c;
@@ -220,6 +223,8 @@ static void loop_release(void *plan_)
     free(pl->start);
     free(pl->kgu);
     free(pl->kdn);
+    free(pl->wsgu);
+    free(pl->wsdn);
     free(pl->agu);
     free(pl->adn);
     free(pl);
@@ -232,7 +237,7 @@ static int kernel_keeps_zeroed_ws(int kernel)
 
 /* Kernels, packs and workspace of one kind of GEMM (n x k weights). */
 static fp4_status plan_gemms(loop_plan *pl, loop_weights *lw, const fp4_matrix *w, float act_global, int *kern,
-                             float *alpha, int counts[FP4_SM90_KERNELS], fp4_err *err)
+                             size_t *ws_off, float *alpha, int counts[FP4_SM90_KERNELS], fp4_err *err)
 {
     const fp4_moe_plan *plan = pl->p->plan;
     fp4_status st;
@@ -244,8 +249,19 @@ static fp4_status plan_gemms(loop_plan *pl, loop_weights *lw, const fp4_matrix *
         if ((st = pick_kernel(pl->inst, m, w[e].rows, w[e].cols, &kern[e], err)) != FP4_OK) return st;
         if ((st = pack_ensure(pl->inst, lw, w, plan->experts, e, kern[e], pl->copies, err)) != FP4_OK) return st;
         const size_t ws = fp4_sm90_workspace_size(kern[e], m, w[e].rows, w[e].cols);
-        size_t *need = kernel_keeps_zeroed_ws(kern[e]) ? &pl->ws_zeroed_bytes : &pl->ws_scratch_bytes;
-        if (ws > *need) *need = ws;
+        if (kernel_keeps_zeroed_ws(kern[e])) {
+            int same = -1; /* an earlier expert with this kernel and M: its slice */
+            for (int f = 0; f < e && same < 0; f++)
+                if (kern[f] == kern[e] && plan->expert_counts[f] == m) same = f;
+            if (same >= 0) {
+                ws_off[e] = ws_off[same];
+            } else {
+                ws_off[e] = pl->ws_zeroed_bytes;
+                pl->ws_zeroed_bytes += (ws + 255) / 256 * 256;
+            }
+        } else if (ws > pl->ws_scratch_bytes) {
+            pl->ws_scratch_bytes = ws;
+        }
         counts[kern[e] - 1]++;
     }
     return FP4_OK;
@@ -278,9 +294,11 @@ static fp4_status loop_prepare(void *inst_, const fp4_moe_problem *p, int copies
     pl->c = (loop_copy *)calloc((size_t)copies, sizeof *pl->c);
     pl->kgu = (int *)calloc((size_t)E, sizeof(int));
     pl->kdn = (int *)calloc((size_t)E, sizeof(int));
+    pl->wsgu = (size_t *)calloc((size_t)E, sizeof(size_t));
+    pl->wsdn = (size_t *)calloc((size_t)E, sizeof(size_t));
     pl->agu = (float *)calloc((size_t)E, sizeof(float));
     pl->adn = (float *)calloc((size_t)E, sizeof(float));
-    if (!pl->c || !pl->kgu || !pl->kdn || !pl->agu || !pl->adn) {
+    if (!pl->c || !pl->kgu || !pl->kdn || !pl->wsgu || !pl->wsdn || !pl->agu || !pl->adn) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "moe-loop-fp4: no host memory for the plan");
         goto fail;
     }
@@ -297,9 +315,9 @@ static fp4_status loop_prepare(void *inst_, const fp4_moe_problem *p, int copies
         int cgu[FP4_SM90_KERNELS] = {0}, cdn[FP4_SM90_KERNELS] = {0};
         const float a1 = layer ? 1.0f / p->a_encode_scale : p->a->global_scale;
         const float a2 = layer ? 1.0f / p->h_encode_scale : p->a->global_scale;
-        if (need_gu && (st = plan_gemms(pl, &inst->gu, p->weights->gate_up, a1, pl->kgu, pl->agu, cgu, err)) != FP4_OK)
+        if (need_gu && (st = plan_gemms(pl, &inst->gu, p->weights->gate_up, a1, pl->kgu, pl->wsgu, pl->agu, cgu, err)) != FP4_OK)
             goto fail;
-        if (need_dn && (st = plan_gemms(pl, &inst->dn, p->weights->down, a2, pl->kdn, pl->adn, cdn, err)) != FP4_OK)
+        if (need_dn && (st = plan_gemms(pl, &inst->dn, p->weights->down, a2, pl->kdn, pl->wsdn, pl->adn, cdn, err)) != FP4_OK)
             goto fail;
         size_t len = (size_t)snprintf(pl->variant, sizeof pl->variant, "fp4-sm90 per active expert:");
         for (int kind = 0; kind < 2; kind++) {
@@ -384,7 +402,7 @@ static fp4_status loop_poison(void *plan_, int copy, void *stream, fp4_err *err)
 
 /* Every active expert's dense GEMM: A rows at its aligned group start. */
 static fp4_status expert_gemms(const loop_plan *pl, const fp4_matrix *w, const loop_weights *lw, const int *kern,
-                               const float *alpha, const uint8_t *a_codes, const uint8_t *a_sf, uint16_t *d,
+                               const size_t *ws_off, const float *alpha, const uint8_t *a_codes, const uint8_t *a_sf, uint16_t *d,
                                int copy, cudaStream_t s, fp4_err *err)
 {
     const fp4_moe_plan *plan = pl->p->plan;
@@ -405,8 +423,8 @@ static fp4_status expert_gemms(const loop_plan *pl, const fp4_matrix *w, const l
         a.alpha = alpha[e];
         a.d = d + (size_t)start * (size_t)n;
         if (kernel_keeps_zeroed_ws(kern[e])) {
-            a.workspace = pl->ws_zeroed;
-            a.workspace_bytes = pl->ws_zeroed_bytes;
+            a.workspace = (char *)pl->ws_zeroed + ws_off[e];
+            a.workspace_bytes = fp4_sm90_workspace_size(kern[e], a.m, n, k);
         } else {
             a.workspace = pl->ws_scratch;
             a.workspace_bytes = pl->ws_scratch_bytes;
@@ -446,7 +464,7 @@ static fp4_status run_step(loop_plan *pl, int step, int copy, cudaStream_t s, fp
         return fp4_moe_gpu_gather_nvfp4(c->in_codes, c->in_scales, p->a_cols, pl->map, pl->rows, c->a_codes, c->a_sf,
                                         1, s, err);
     case L_GATE_UP:
-        return expert_gemms(pl, p->weights->gate_up, &pl->inst->gu, pl->kgu, pl->agu, c->a_codes, c->a_sf, c->y, copy,
+        return expert_gemms(pl, p->weights->gate_up, &pl->inst->gu, pl->kgu, pl->wsgu, pl->agu, c->a_codes, c->a_sf, c->y, copy,
                             s, err);
     case L_ACT: {
         fp4_moe_act_args a;
@@ -464,9 +482,9 @@ static fp4_status run_step(loop_plan *pl, int step, int copy, cudaStream_t s, fp
     }
     case L_DOWN:
         if (layer)
-            return expert_gemms(pl, p->weights->down, &pl->inst->dn, pl->kdn, pl->adn, c->h_codes, c->h_sf, c->d, copy,
+            return expert_gemms(pl, p->weights->down, &pl->inst->dn, pl->kdn, pl->wsdn, pl->adn, c->h_codes, c->h_sf, c->d, copy,
                                 s, err);
-        return expert_gemms(pl, p->weights->down, &pl->inst->dn, pl->kdn, pl->adn, c->a_codes, c->a_sf, c->y, copy, s,
+        return expert_gemms(pl, p->weights->down, &pl->inst->dn, pl->kdn, pl->wsdn, pl->adn, c->a_codes, c->a_sf, c->y, copy, s,
                             err);
     case L_COMBINE:
         return fp4_moe_gpu_combine(layer ? c->d : c->y, H, pl->row_of_pair, pl->route_w, p->tokens, p->dims.top_k,

@@ -2,10 +2,8 @@
  * decode, where each expert sees a handful of tokens and the weights' bytes
  * decide the time.
  *
- * - Work units: (expert, chunk of up to TOK of its tokens, block of 256 weight
- *   rows, K split). TOK is 32, or 64 when experts average 48 pairs or more:
- *   every chunk decodes the weights again, so wide chunks halve the decode at
- *   prefill-like batches (one block an SM then, for the accumulators). Only experts with tokens have units. A persistent grid
+ * - Work units: (expert, chunk of up to 32 of its tokens, block of 256 weight
+ *   rows, K split). Only experts with tokens have units. A persistent grid
  *   (blocks that fit at once) walks the units u = block, block + grid, ...; the
  *   unit list is never stored: warp 0 of each block finds its unit's expert by
  *   walking expert_offsets forward with warp prefix sums (its units come in
@@ -14,7 +12,7 @@
  *   when there are too few units for the grid (small T*k), with a split count
  *   chosen on the device from the actual unit count.
  * - mma.sync m16n8k16 bf16 with A and B swapped: weights on the 16-row side,
- *   tokens the 8 wide (up to TOK / 8 token tiles). In a k-step of 64 lane (g, t) owns
+ *   tokens the 8 wide (up to 4 token tiles). In a k-step of 64 lane (g, t) owns
  *   the 16 consecutive k of k-block 4 ks + t for weight rows g, g + 8 and token
  *   g; MMA j takes k 4j..4j+3 of it (the same k on both operands, so the
  *   product is the plain dot product).
@@ -30,14 +28,12 @@
  *   e2m1 x e4m3 x 2^-8, exact and normal; one HMUL2 per two weights on the FMA
  *   pipe. The 2^8 goes into the epilogue's alpha.
  * - Tokens: each block stages its chunk's activations into shared memory in
- *   B-fragment order, 256 / TOK k-steps a stage, double-buffered (64 KB of dynamic
+ *   B-fragment order, 8 k-steps a stage, double-buffered (64 KB of dynamic
  *   shared memory; W4A16: cp.async of the bf16 rows, gathered by pair_index;
  *   W4A4: codes copied by cp.async, then decoded once per block through a
  *   256-entry byte table times the scale, exact in bf16). All 8 warps
  *   (different weight rows) read them: one barrier per stage. Stage k >= K is
  *   zero, so the k-steps past a unit's end compute nothing.
- * - Few units (small T*k): each warp also prefetches its weight streams into
- *   L2 ahead of the registers, for more bytes in flight.
  * - Epilogue: the block's sums go through shared memory and out as 16-byte
  *   bf16 rows D[pair]; with split K they are added into an fp32 workspace
  *   (red.global.add) and the last block of the tile (arrival counter) writes D
@@ -61,15 +57,11 @@
 #define MOE_RT 2                              /* 16-row weight tiles per warp */
 #define MOE_BLOCK_TILES (MOE_WARPS * MOE_RT)  /* 16 tiles */
 #define MOE_ROWS (16 * MOE_BLOCK_TILES)       /* 256 weight rows per block */
-/* Tokens per chunk (TOK, a template parameter): 32, or 64 where experts see
- * many tokens, so that each decoded weight feeds twice the MMAs. A stage holds
- * 256 / TOK k-steps, so both widths stage the same 64 KB. */
-#define MOE_TOK_MAX 64
-#define MOE_KC_OF(tok) (256 / (tok))          /* k-steps per activation stage */
-#define MOE_WIDE_MIN_AVG 48                   /* mean pairs per expert from which TOK = 64 */
+#define MOE_TOK 32                            /* tokens per chunk */
+#define MOE_NT (MOE_TOK / 8)                  /* token tiles per chunk */
+#define MOE_KC 8                              /* k-steps per activation stage */
 #define MOE_RING 4                            /* register ring slots (loads 3 k-steps ahead) */
 #define MOE_RS (MOE_ROWS + 4)                 /* epilogue row stride (floats): no bank conflicts */
-#define MOE_PREFETCH_KS 0 /* L2 prefetch distance (k-steps) when units are few: off, slower on the H200 */
 #define MOE_MAX_SPLITS 64
 #define MOE_SPLIT_OVERHEAD_KS 4               /* a unit's start-up, in k-steps, for the split choice */
 /* Split K needs an fp32 row per grouped row: only allowed while that stays small
@@ -97,7 +89,6 @@ typedef struct moe_params {
     int E, top_k, N, K, KB, KS, KS2, tiles, RB, nw;
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
-    int prefetch_ks; /* L2 prefetch distance in k-steps when units are few (0: none) */
 } moe_params;
 
 /* Walk state of warp 0: the first expert not yet passed, and the first unit and
@@ -108,29 +99,21 @@ typedef struct moe_walk {
     int cbase;
 } moe_walk;
 
-/* Dynamic shared memory (75 KB). */
+/* Dynamic shared memory (73 KB). */
 typedef struct moe_stage {
     union {
-        /* [buffer][k-step < KC][token tile < TOK / 8][half][lane]: 64 KB */
-        uint4 act[2 * 32 * 2 * 32];
-        float tile[MOE_TOK_MAX][MOE_RS]; /* epilogue: [token][row] */
+        uint4 act[2][MOE_KC][MOE_NT][2][32]; /* [buffer][k-step][token tile][half][lane] 64 KB */
+        float tile[MOE_TOK][MOE_RS];         /* epilogue: [token][row] */
     } u;
-    uint4 raw[256][2];   /* W4A4: [token][k-step < KC] a k-step's 4 k-blocks of codes */
-    uint32_t raw_s[256]; /* W4A4: their 4 scales */
+    uint4 raw[MOE_TOK][MOE_KC][2]; /* W4A4: a token's 4 k-blocks of codes per k-step */
+    uint32_t raw_s[MOE_TOK][MOE_KC]; /* W4A4: their 4 scales */
 } moe_stage;
-
-/* the staged fragments of buffer buf, k-step ks: [token tile][half][lane] */
-template <int TOK>
-static __device__ __forceinline__ uint4 *moe_act(moe_stage &st, int buf, int ks)
-{
-    return st.u.act + (size_t)(buf * MOE_KC_OF(TOK) + ks) * (TOK / 8) * 64;
-}
 
 typedef struct moe_smem {
     uint32_t lut[256];  /* W4A4: a code byte -> bf16x2 of its two e2m1 values */
-    long long aoff[MOE_TOK_MAX]; /* activation row of each token of the chunk x K (elements) */
-    const char *arow[MOE_TOK_MAX]; /* W4A16: that row's address */
-    int drow[MOE_TOK_MAX];       /* its pair (output row) */
+    long long aoff[MOE_TOK]; /* activation row of each token of the chunk x K (elements) */
+    const char *arow[MOE_TOK]; /* W4A16: that row's address */
+    int drow[MOE_TOK];       /* its pair (output row) */
     moe_walk walk;           /* warp 0's place in the unit list, kept across units */
     int unit[6];        /* expert, chunk, row block, split, global chunk, tokens */
     int cfg[2];         /* K splits, k-steps per split */
@@ -223,12 +206,6 @@ static __device__ __forceinline__ void cp_async_commit_wait(void)
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 
-/* bring [p, p + bytes) into L2 ahead of the register ring (one instruction) */
-static __device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 static __device__ __forceinline__ void red_add4(float *p, float4 v)
 {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
@@ -256,14 +233,13 @@ static __device__ __forceinline__ void scale_pair(uint32_t w, uint32_t *even, ui
 
 /* ---- work units ----------------------------------------------------------------------- */
 
-/* Warp 0: sum over experts of ceil(tokens / TOK) (the chunks). */
-template <int TOK>
+/* Warp 0: sum over experts of ceil(tokens / MOE_TOK) (the chunks). */
 static __device__ int moe_total_chunks(const moe_params &p, int lane)
 {
     int sum = 0;
     for (int e0 = 0; e0 < p.E; e0 += 32) {
         const int e = e0 + lane;
-        if (e < p.E) sum += (p.off[e + 1] - p.off[e] + TOK - 1) / TOK;
+        if (e < p.E) sum += (p.off[e + 1] - p.off[e] + MOE_TOK - 1) / MOE_TOK;
     }
     for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
     return sum;
@@ -271,15 +247,14 @@ static __device__ int moe_total_chunks(const moe_params &p, int lane)
 
 /* K splits for the grid: the count minimising waves x (k-steps per split + a
  * unit's start-up), among splits of whole stages. */
-template <int KC>
 static __device__ void moe_choose_splits(const moe_params &p, int chunks, int grid, int *S_out,
                                          int *kper_out)
 {
     const long long u1 = (long long)chunks * p.RB;
-    int best_s = 1, best_kper = (p.KS + KC - 1) / KC * KC;
+    int best_s = 1, best_kper = (p.KS + MOE_KC - 1) / MOE_KC * MOE_KC;
     long long best_cost = (u1 + grid - 1) / grid * (long long)(p.KS + MOE_SPLIT_OVERHEAD_KS);
     for (int s = 2; s <= p.max_splits; s++) {
-        const int kper = ((p.KS + s - 1) / s + KC - 1) / KC * KC;
+        const int kper = ((p.KS + s - 1) / s + MOE_KC - 1) / MOE_KC * MOE_KC;
         if ((p.KS + kper - 1) / kper != s) continue; /* every split non-empty */
         const long long cost = (u1 * s + grid - 1) / grid * (long long)(kper + MOE_SPLIT_OVERHEAD_KS);
         if (cost < best_cost) {
@@ -294,7 +269,6 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
 
 /* Warp 0: unit u (>= every unit found before) -> expert, chunk, row block,
  * split, global chunk index; all lanes get the same values. */
-template <int TOK>
 static __device__ void moe_find_unit(const moe_params &p, int S, long long u, moe_walk *w,
                                      int lane, int out[5])
 {
@@ -302,7 +276,7 @@ static __device__ void moe_find_unit(const moe_params &p, int S, long long u, mo
     for (;;) {
         const int e = w->e + lane;
         const int cnt = e < p.E ? p.off[e + 1] - p.off[e] : 0;
-        const int ch = (cnt + TOK - 1) / TOK;
+        const int ch = (cnt + MOE_TOK - 1) / MOE_TOK;
         int incl = ch;
         for (int d = 1; d < 32; d <<= 1) {
             const int v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -335,44 +309,42 @@ static __device__ void moe_find_unit(const moe_params &p, int S, long long u, mo
 
 /* ---- activation stages --------------------------------------------------------------- */
 
-/* Start staging k-steps [kc, kc + KC) of the chunk's NT token tiles into
+/* Start staging k-steps [kc, kc + MOE_KC) of the chunk's NT token tiles into
  * buffer buf (all by cp.async: no registers held over the loop; zeros for k >=
- * K). W4A16: 16-byte pieces (8 k); the stage's KC * 8 pieces of a token go to
- * consecutive threads (coalesced along k), 256 / (KC * 8) tokens at once, NT * 8
- * tokens in all, branch-free (tokens past the chunk's get zeros). W4A4: one
- * k-step (4 k-blocks) of token tid / KC a thread, codes and, when they are one
- * aligned word (scales4), scales into st.raw. */
-template <int TOK, int NT>
+ * K). W4A16: 16-byte pieces (8 k), 2 NT a thread: k (tid % 64) * 8 of tokens
+ * tid / 64 + 4q, coalesced along k, branch-free (tokens past the chunk's get
+ * zeros). W4A4: one k-step (4 k-blocks) of token tid / 8 a thread, codes and,
+ * when they are one aligned word (scales4), scales into st.raw. */
+template <int NT>
 static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const moe_smem &sm,
                                                       moe_stage &st, int buf, int kc, int ntok,
                                                       int tid)
 {
-    constexpr int KC = MOE_KC_OF(TOK), PIECES = KC * 8, GROUPS = MOE_THREADS / PIECES;
     if (p.w4a16) {
-        const int rem = tid % PIECES, grp = tid / PIECES;
+        const int rem = tid & 63, w4 = tid >> 6;
         const int ksr = rem >> 3, tt = (rem >> 1) & 3, h = rem & 1;
         const int k0 = kc * 64 + rem * 8;
         const unsigned kofs = k0 < p.K ? 2u * (unsigned)k0 : 0u; /* bytes into the row */
-        uint4 *dst = moe_act<TOK>(st, buf, ksr) + h * 32 + tt;
+        uint4 *dst = &st.u.act[buf][ksr][0][h][w4 * 4 + tt];
 #pragma unroll
-        for (int q = 0; q < NT * 8 / GROUPS; q++) {
-            const int m = grp + GROUPS * q; /* token tile m >> 3, row g = m & 7 */
-            cp_async16(dst + (m >> 3) * 64 + (m & 7) * 4, sm.arow[m] + kofs,
+        for (int q = 0; q < 2 * NT; q++) {
+            const int m = w4 + 4 * q; /* token tile q >> 1, row g = w4 + 4 (q & 1) */
+            cp_async16(dst + (q >> 1) * (2 * 32) + (q & 1) * 16, sm.arow[m] + kofs,
                        m < ntok && k0 < p.K ? 16 : 0);
         }
     } else {
-        const int m = tid / KC, ksr = tid % KC, kb0 = (kc + ksr) * 4;
+        const int m = tid >> 3, ksr = tid & 7, kb0 = (kc + ksr) * 4;
         if (m >= ntok) return;
         const long long off = sm.aoff[m]; /* row x K: codes at off / 2, scales off / 16 */
         const uint8_t *codes = p.a_codes + off / 2;
-        uint8_t *dst = (uint8_t *)&st.raw[m * KC + ksr][0];
+        uint8_t *dst = (uint8_t *)&st.raw[m][ksr][0];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int kb = kb0 + j;
             cp_async8(dst + 8 * j, codes + (size_t)(kb < p.KB ? kb : 0) * 8, kb < p.KB ? 8 : 0);
         }
         if (p.scales4)
-            cp_async4(&st.raw_s[m * KC + ksr], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
+            cp_async4(&st.raw_s[m][ksr], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
                       kb0 < p.KB ? 4 : 0);
     }
 }
@@ -380,27 +352,24 @@ static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const
 /* Finish the stage: wait for this thread's copies; W4A4 then decodes its
  * k-step (byte table x scale, exact) into the buffer. The caller's barrier
  * follows. */
-template <int TOK>
 static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, const moe_smem &sm,
                                                        moe_stage &st, int buf, int kc, int ntok,
                                                        int tid)
 {
-    constexpr int KC = MOE_KC_OF(TOK);
     cp_async_commit_wait();
     if (p.w4a16) return;
-    const int m = tid / KC, ksr = tid % KC, kb0 = (kc + ksr) * 4;
+    const int m = tid >> 3, ksr = tid & 7, kb0 = (kc + ksr) * 4;
     if (m >= ntok) return;
     uint32_t sraw;
     if (p.scales4) {
-        sraw = st.raw_s[m * KC + ksr];
+        sraw = st.raw_s[m][ksr];
     } else { /* scales not 4-byte aligned: byte loads */
         const uint8_t *sp = p.a_scales + sm.aoff[m] / 16;
         sraw = 0;
         for (int j = 0; j < 4; j++)
             if (kb0 + j < p.KB) sraw |= (uint32_t)__ldg(sp + kb0 + j) << (8 * j);
     }
-    const uint4 c0 = st.raw[m * KC + ksr][0], c1 = st.raw[m * KC + ksr][1];
-    uint4 *act = moe_act<TOK>(st, buf, ksr) + (m >> 3) * 64;
+    const uint4 c0 = st.raw[m][ksr][0], c1 = st.raw[m][ksr][1];
     const uint32_t c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
     for (int j = 0; j < 4; j++) { /* k-block kb0 + j: lane t = j of row g = m % 8 */
@@ -410,8 +379,8 @@ static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, cons
         for (int b = 0; b < 8; b++)
             v[b] = bf2_mul(sm.lut[(c[2 * j + (b >> 2)] >> (8 * (b & 3))) & 0xFFu], sb);
         const int lane = (m & 7) * 4 + j;
-        act[lane] = make_uint4(v[0], v[1], v[2], v[3]);
-        act[32 + lane] = make_uint4(v[4], v[5], v[6], v[7]);
+        st.u.act[buf][ksr][m >> 3][0][lane] = make_uint4(v[0], v[1], v[2], v[3]);
+        st.u.act[buf][ksr][m >> 3][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
     }
 }
 
@@ -441,7 +410,7 @@ template <int NT>
 static __device__ __forceinline__ void moe_kstep(const uint4 (&wq)[MOE_RING][MOE_RT],
                                                  const uint32_t (&wsr)[2][MOE_RT],
                                                  uint32_t (&sodd)[MOE_RT], int u,
-                                                 const uint4 *act, int lane,
+                                                 const uint4 (*act)[2][32], int lane,
                                                  float (&acc)[MOE_RT][NT][4])
 {
     uint32_t sc[MOE_RT];
@@ -460,7 +429,7 @@ static __device__ __forceinline__ void moe_kstep(const uint4 (&wq)[MOE_RING][MOE
     for (int h = 0; h < 2; h++) {
         uint4 bq[NT];
 #pragma unroll
-        for (int n = 0; n < NT; n++) bq[n] = act[(2 * n + h) * 32 + lane];
+        for (int n = 0; n < NT; n++) bq[n] = act[n][h][lane];
 #pragma unroll
         for (int i = 0; i < MOE_RT; i++) {
             uint32_t pg[4], p8[4];
@@ -486,14 +455,13 @@ static __device__ __forceinline__ void moe_kstep(const uint4 (&wq)[MOE_RING][MOE
 /* The block's sums of one unit (NT token tiles, k-steps [ksA, ksB) of the warp's
  * tiles) into st.u.tile[token][row]: the weight ring, the staged tokens, the
  * loop. Ends with the tile written and the block synchronised. */
-template <int TOK, int NT>
+template <int NT>
 static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const moe_smem &sm,
                                                      moe_stage &st, int ksA, int ksB, int ntok,
                                                      const uint4 *const (&cb)[MOE_RT],
                                                      const uint32_t *const (&sb)[MOE_RT],
-                                                     int prefetch, int tid)
+                                                     int tid)
 {
-    constexpr int KC = MOE_KC_OF(TOK);
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     float acc[MOE_RT][NT][4];
 #pragma unroll
@@ -508,32 +476,20 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
     uint32_t wsr[2][MOE_RT], sodd[MOE_RT];
 #pragma unroll
     for (int s = 0; s < MOE_RING - 1; s++) moe_load(wq, wsr, s, cb, sb, ksA + s, ksB);
-    moe_fill_issue<TOK, NT>(p, sm, st, 0, ksA, ntok, tid);
-    moe_fill_finish<TOK>(p, sm, st, 0, ksA, ntok, tid);
+    moe_fill_issue<NT>(p, sm, st, 0, ksA, ntok, tid);
+    moe_fill_finish(p, sm, st, 0, ksA, ntok, tid);
     __syncthreads();
 
     int buf = 0;
-    for (int kc = ksA; kc < ksB; kc += KC) {
-        const bool next = kc + KC < ksB;
-        /* few units: prefetch the tiles' streams into L2 (each tile's k-steps are
-         * contiguous: 512 bytes of codes and 64 of scales a k-step) */
-        const int kp = kc + prefetch;
-        if (prefetch > 0 && kp < ksB) {
-            const int n = min(KC, ksB - kp);
+    for (int kc = ksA; kc < ksB; kc += MOE_KC) {
+        const bool next = kc + MOE_KC < ksB;
+        if (next) moe_fill_issue<NT>(p, sm, st, buf ^ 1, kc + MOE_KC, ntok, tid);
 #pragma unroll
-            for (int i = 0; i < MOE_RT; i++)
-                if (lane == i) {
-                    prefetch_l2(cb[i] - lane + (size_t)kp * 32, (unsigned)n * 512u);
-                    prefetch_l2(sb[i] - lane + (size_t)(kp >> 1) * 32, (unsigned)(n + 1) / 2 * 128u);
-                }
-        }
-        if (next) moe_fill_issue<TOK, NT>(p, sm, st, buf ^ 1, kc + KC, ntok, tid);
-#pragma unroll
-        for (int s = 0; s < KC; s++) {
+        for (int s = 0; s < MOE_KC; s++) {
             moe_load(wq, wsr, (s + MOE_RING - 1) % MOE_RING, cb, sb, kc + s + MOE_RING - 1, ksB);
-            moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, moe_act<TOK>(st, buf, s), lane, acc);
+            moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, st.u.act[buf][s], lane, acc);
         }
-        if (next) moe_fill_finish<TOK>(p, sm, st, buf ^ 1, kc + KC, ntok, tid);
+        if (next) moe_fill_finish(p, sm, st, buf ^ 1, kc + MOE_KC, ntok, tid);
         __syncthreads();
         buf ^= 1;
     }
@@ -615,9 +571,7 @@ static __device__ void moe_splitk_epilogue(const moe_params &p, moe_smem &sm, co
 
 /* ---- the kernel ----------------------------------------------------------------------------- */
 
-/* TOK = 32: two blocks an SM; TOK = 64 holds twice the accumulators, one. */
-template <int TOK>
-__global__ void __launch_bounds__(MOE_THREADS, TOK == 32 ? 2 : 1) fp4_sm90_moe_kernel(const moe_params p)
+__global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_params p)
 {
     __shared__ __align__(16) moe_smem sm;
     extern __shared__ uint4 moe_dyn[];
@@ -632,9 +586,9 @@ __global__ void __launch_bounds__(MOE_THREADS, TOK == 32 ? 2 : 1) fp4_sm90_moe_k
         sm.walk.cbase = 0;
     }
     if (warp == 0) {
-        const int chunks = moe_total_chunks<TOK>(p, lane);
+        const int chunks = moe_total_chunks(p, lane);
         int S, kper;
-        moe_choose_splits<MOE_KC_OF(TOK)>(p, chunks, (int)gridDim.x, &S, &kper);
+        moe_choose_splits(p, chunks, (int)gridDim.x, &S, &kper);
         if (lane == 0) {
             sm.cfg[0] = S;
             sm.cfg[1] = kper;
@@ -644,24 +598,19 @@ __global__ void __launch_bounds__(MOE_THREADS, TOK == 32 ? 2 : 1) fp4_sm90_moe_k
     __syncthreads();
     const int S = sm.cfg[0], kper = sm.cfg[1];
     const long long units = sm.units;
-    /* few units (about one a block): memory latency bounds, prefetch into L2 */
-    const int prefetch = units <= 2LL * gridDim.x ? p.prefetch_ks : 0;
 
     for (long long u = blockIdx.x; u < units; u += gridDim.x) {
         if (warp == 0) {
             int un[5];
             moe_walk walk = sm.walk;
-            moe_find_unit<TOK>(p, S, u, &walk, lane, un);
-            const int r0 = p.off[un[0]] + un[1] * TOK;
-            const int ntok = min(TOK, p.off[un[0] + 1] - r0);
+            moe_find_unit(p, S, u, &walk, lane, un);
+            const int r0 = p.off[un[0]] + un[1] * MOE_TOK;
+            const int ntok = min(MOE_TOK, p.off[un[0] + 1] - r0);
             /* tokens past the chunk's: row 0 (copied as zeros, never stored) */
-#pragma unroll
-            for (int m = lane; m < TOK; m += 32) {
-                const int pair = m < ntok ? p.pair_index[r0 + m] : 0;
-                sm.drow[m] = pair;
-                sm.aoff[m] = (long long)(p.a_per_pair ? pair : pair / p.top_k) * p.K;
-                sm.arow[m] = (const char *)(p.a_bf16 + sm.aoff[m]);
-            }
+            const int pair = lane < ntok ? p.pair_index[r0 + lane] : 0;
+            sm.drow[lane] = pair;
+            sm.aoff[lane] = (long long)(p.a_per_pair ? pair : pair / p.top_k) * p.K;
+            sm.arow[lane] = (const char *)(p.a_bf16 + sm.aoff[lane]);
             __syncwarp();
             if (lane == 0) sm.walk = walk;
             if (lane == 0) {
@@ -672,7 +621,7 @@ __global__ void __launch_bounds__(MOE_THREADS, TOK == 32 ? 2 : 1) fp4_sm90_moe_k
         __syncthreads();
         const int e = sm.unit[0], rb = sm.unit[2], split = sm.unit[3], cg = sm.unit[4];
         const int ntok = sm.unit[5], nt = (ntok + 7) >> 3;
-        const int r0 = p.off[e] + sm.unit[1] * TOK;
+        const int r0 = p.off[e] + sm.unit[1] * MOE_TOK;
         const int ksA = split * kper, ksB = min(p.KS, ksA + kper);
         /* the warp's tiles' streams; a tile past the last one re-reads the last
          * (its rows are never stored), so the loop needs no predicates */
@@ -686,20 +635,11 @@ __global__ void __launch_bounds__(MOE_THREADS, TOK == 32 ? 2 : 1) fp4_sm90_moe_k
             sb[i] = (const uint32_t *)(wb + p.codes_bytes) + (size_t)tile * p.KS2 * 32 + lane;
         }
 
-        if (TOK == 32) {
-            switch (nt) {
-            case 1: moe_unit_sums<TOK, 1>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            case 2: moe_unit_sums<TOK, 2>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            case 3: moe_unit_sums<TOK, 3>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            default: moe_unit_sums<TOK, 4>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            }
-        } else { /* token tiles in pairs: fewer instances; the extra tile computes zeros */
-            switch ((nt + 1) >> 1) {
-            case 1: moe_unit_sums<TOK, 2>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            case 2: moe_unit_sums<TOK, 4>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            case 3: moe_unit_sums<TOK, 6>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            default: moe_unit_sums<TOK, 8>(p, sm, st, ksA, ksB, ntok, cb, sb, prefetch, tid); break;
-            }
+        switch (nt) {
+        case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
+        case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
+        case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
+        default: moe_unit_sums<4>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
         }
 
         /* the 2^8 of the weights' dequantization */
@@ -795,7 +735,7 @@ static int moe_split_allowed(int top_k, int64_t tokens, int64_t n)
 static size_t moe_counters_bytes(int experts, int top_k, int64_t tokens, int64_t n)
 {
     const int64_t pairs = tokens * top_k;
-    const int64_t chunks = (pairs < experts ? pairs : experts) + pairs / 32 + 1; /* TOK >= 32 */
+    const int64_t chunks = (pairs < experts ? pairs : experts) + pairs / MOE_TOK + 1;
     const int64_t rb = (n + MOE_ROWS - 1) / MOE_ROWS;
     return ((size_t)chunks * (size_t)rb * sizeof(unsigned) + 15) / 16 * 16;
 }
@@ -937,15 +877,7 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
         p.counters = (unsigned *)a->workspace;
         p.ws = (float *)((char *)a->workspace +
                          moe_counters_bytes(a->experts, a->top_k, a->tokens, a->n));
-    }
-    /* Chunk width from the mean pairs per expert (the routing itself stays on
-     * the device); FP4_SM90_MOE_TOK=32|64 forces one (tests). */
-    const char *env_tok = getenv("FP4_SM90_MOE_TOK");
-    int tok = (double)a->tokens * a->top_k / a->experts >= MOE_WIDE_MIN_AVG ? 64 : 32;
-    if (env_tok && (atoi(env_tok) == 32 || atoi(env_tok) == 64)) tok = atoi(env_tok);
-    const void *kernel = tok == 64 ? (const void *)fp4_sm90_moe_kernel<64> : (const void *)fp4_sm90_moe_kernel<32>;
-    if (ws) {
-        const int stages = (p.KS + MOE_KC_OF(tok) - 1) / MOE_KC_OF(tok);
+        const int stages = (p.KS + MOE_KC - 1) / MOE_KC;
         p.max_splits = stages < MOE_MAX_SPLITS ? stages : MOE_MAX_SPLITS;
     }
 
@@ -954,20 +886,16 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
     FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     /* above the 48 KB default: set on every call (not a stream operation, so
      * allowed while a graph is being captured) */
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute(fp4_sm90_moe_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)sizeof(moe_stage)));
-    FP4_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, MOE_THREADS,
-                                                                    sizeof(moe_stage)));
-    /* measurement overrides (tests): blocks per SM, L2 prefetch distance */
+    FP4_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp4_sm90_moe_kernel,
+                                                                    MOE_THREADS, sizeof(moe_stage)));
+    /* measurement override (tests): blocks per SM */
     const char *env_grid = getenv("FP4_SM90_MOE_BLOCKS_PER_SM");
-    const char *env_pf = getenv("FP4_SM90_MOE_PREFETCH_KS");
     if (env_grid && atoi(env_grid) > 0 && atoi(env_grid) < per_sm) per_sm = atoi(env_grid);
-    p.prefetch_ks = env_pf ? atoi(env_pf) / 8 * 8 : MOE_PREFETCH_KS; /* whole stages of either width */
     if (per_sm < 1) per_sm = 1;
-    if (tok == 64)
-        fp4_sm90_moe_kernel<64><<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
-    else
-        fp4_sm90_moe_kernel<32><<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
+    fp4_sm90_moe_kernel<<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
     FP4_CUDA_LAUNCH_TRY(err);
 
     if (combine) {
