@@ -38,6 +38,9 @@ Several modes run one after the other on one build. Modes:
            W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
   multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
            (JSON in OUT)
+  final    build; the MoE and multi-GPU GPU tests, the baseline, fp4bench layer
+           (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
+           T = 512 and 8192 beside both baselines (JSON files in OUT)
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
            tree's, the tests are rebuilt, its own test and timing run
   all      check, then bench
@@ -75,7 +78,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | multigpu | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -298,7 +301,7 @@ mode_baseline() {
   # clocks and the interleaved rounds: the M sweep on both seed (N, K) pairs,
   # the prefill-wide shapes (N >= 4096) and the decode bandwidth shapes.
   say "== baseline: $OUT/baseline.json"
-  timeout 420 $B run --preset sweep-m \
+  timeout "${BASELINE_TIMEOUT:-420}" $B run --preset sweep-m \
     --shape 4096x4096x4096,8192x8192x8192,2048x28672x4096,4096x8192x8192,16x8192x8192,16x28672x4096 \
     --backend cublas-bf16,cublaslt-fp8,fp4-sm90 --max-time "${MAX_TIME:-2}" --quiet \
     --json "$OUT/baseline.json" 2>&1 | tee -a "$log"
@@ -461,6 +464,40 @@ mode_multigpu() {
   [ $rc -eq 0 ] || fail "fp4bench nccl (exit $rc)"
 }
 
+# layer_run NAME ARGS...: one fp4bench layer command, its JSON in OUT
+layer_run() {
+  local name=$1 rc
+  shift
+  say "== fp4bench layer $* -> $OUT/layer-$name.json"
+  timeout 120 $B layer "$@" --json "$OUT/layer-$name.json" 2>&1 | tail -30 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  say "layer $name: exit $rc"
+  [ $rc -eq 0 ] || fail "layer $name (exit $rc)"
+}
+
+mode_final() {
+  local rc t=$tmp/final-ctest.txt
+  say "== ctest -R 'gpu_moe|gpu_layer|gpu_gpus|gpu_nccl' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
+  (cd build-dev && ctest --output-on-failure --timeout 200 -j 2 -R 'gpu_moe|gpu_layer|gpu_gpus|gpu_nccl') >"$t" 2>&1
+  rc=$?
+  cat "$t" >>"$log"
+  grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
+  grep -E "CHECK failed" "$t" | head -20 | tee -a "$log"
+  [ $rc -eq 0 ] || fail "GPU tests (exit $rc)"
+  if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped"; fi
+  mode_baseline
+  layer_run tp --dims 2048,768,128,8 --tp 1 --tokens 16,256
+  layer_run ep --dims 2048,768,128,8 --ep 1 --tokens 16,256 --routing skewed
+  layer_run attention --attention --tp 8,4,1 --tokens 16,64,256
+  say "== fp4bench run --gpus all -> $OUT/gpus.json"
+  timeout 90 $B run --gpus all --shape 16x8192x8192,4096x2048x6144 --backend cublas-bf16,fp4-sm90 \
+    --max-time 1 --quiet --json "$OUT/gpus.json" 2>&1 | tail -20 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "run --gpus all (exit $rc)"
+  moe_run glm5-final --model glm5 --tokens 512,8192 --step gate_up \
+    --backend moe-cublas-bf16,moe-cublaslt-fp8,moe-fp4-sm90
+}
+
 mode_moe_alt() {
   if [ -z "${MOE_ALT:-}" ] || [ ! -f "$MOE_ALT" ]; then fail "moe-alt: MOE_ALT must name a moe.cu (got '${MOE_ALT:-}')"; return; fi
   cp "$MOE_ALT" src/kernels/sm90/moe.cu
@@ -532,6 +569,7 @@ if [ $built = 1 ]; then
       moe) mode_moe ;;
       moe-alt) mode_moe_alt ;;
       multigpu) mode_multigpu ;;
+      final) mode_final ;;
       all) mode_check; mode_bench ;;
     esac
   done

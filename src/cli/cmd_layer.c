@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/mg_args.h"
 #include "multigpu/layer.h"
 
 #define LAYER_MAX_LIST 32
@@ -103,13 +104,6 @@ static int split_fields(const cli_args *a, const char *flag, const char *v, char
     return n;
 }
 
-static int int_in(const cli_args *a, const char *flag, const char *v, int lo, int hi)
-{
-    long long x = cli_int(a, flag, v);
-    if (x < lo || x > hi) cli_usage_error(a, "%s must be in %d..%d", flag, lo, hi);
-    return (int)x;
-}
-
 static void parse(int argc, char **argv, cli_args *a, layer_args *l)
 {
     const char *v, *model = NULL, *dims = NULL, *attn_dims = NULL, *tp = NULL, *ep = NULL;
@@ -155,12 +149,8 @@ static void parse(int argc, char **argv, cli_args *a, layer_args *l)
             l->set.seed = (uint64_t)s;
         } else if (cli_value(a, "--gpus", &v)) {
             parse_gpus(a, v, &l->cfg);
-        } else if (cli_value(a, "--iters", &v)) {
-            l->set.iters = int_in(a, "--iters", v, 1, 100000);
-        } else if (cli_value(a, "--reps", &v)) {
-            l->set.reps = int_in(a, "--reps", v, 1, 1000);
-        } else if (cli_value(a, "--warmup", &v)) {
-            l->set.warmup = int_in(a, "--warmup", v, 0, 100000);
+        } else if (mg_timing_flag(a, &l->set.iters, &l->set.reps, &l->set.warmup)) {
+            continue;
         } else if (cli_value(a, "--json", &v)) {
             l->json = v;
         } else {
@@ -183,8 +173,8 @@ static void parse(int argc, char **argv, cli_args *a, layer_args *l)
             if (split_fields(a, "--attn-dims", attn_dims, buf, sizeof buf, part) != 4)
                 cli_usage_error(a, "--attn-dims: want H,QH,KVH,D (e.g. 6144,48,8,128), got '%s'", attn_dims);
             l->spec.attn.hidden = cli_int(a, "--attn-dims", part[0]);
-            l->spec.attn.q_heads = int_in(a, "--attn-dims", part[1], 1, 1 << 16);
-            l->spec.attn.kv_heads = int_in(a, "--attn-dims", part[2], 1, 1 << 16);
+            l->spec.attn.q_heads = mg_int_in(a, "--attn-dims", part[1], 1, 1 << 16);
+            l->spec.attn.kv_heads = mg_int_in(a, "--attn-dims", part[2], 1, 1 << 16);
             l->spec.attn.head_dim = cli_int(a, "--attn-dims", part[3]);
             if (l->spec.attn.hidden < 16 || l->spec.attn.hidden > (1 << 20) || l->spec.attn.head_dim < 1 ||
                 l->spec.attn.head_dim > 4096)
@@ -208,8 +198,8 @@ static void parse(int argc, char **argv, cli_args *a, layer_args *l)
             if (n < 4) cli_usage_error(a, "--dims: want H,I,E,K[,ACT] (e.g. 2048,768,128,8), got '%s'", dims);
             l->spec.dims.hidden = cli_int(a, "--dims", part[0]);
             l->spec.dims.inter = cli_int(a, "--dims", part[1]);
-            l->spec.dims.experts = int_in(a, "--dims", part[2], 1, FP4_MOE_MAX_EXPERTS);
-            l->spec.dims.top_k = int_in(a, "--dims", part[3], 1, FP4_MOE_MAX_EXPERTS);
+            l->spec.dims.experts = mg_int_in(a, "--dims", part[2], 1, FP4_MOE_MAX_EXPERTS);
+            l->spec.dims.top_k = mg_int_in(a, "--dims", part[3], 1, FP4_MOE_MAX_EXPERTS);
             if (n == 5 && fp4_moe_act_parse(part[4], &l->spec.dims.act, &err) != FP4_OK)
                 cli_usage_error(a, "--dims: %s", fp4_err_text(&err));
             if (fp4_moe_dims_check(&l->spec.dims, &err) != FP4_OK) cli_usage_error(a, "--dims: %s", fp4_err_text(&err));
@@ -224,19 +214,6 @@ static void parse(int argc, char **argv, cli_args *a, layer_args *l)
         l->tokens[2] = 256;
         l->ntokens = 3;
     }
-}
-
-static void stamp(fp4_layer_report *r, int argc, char **argv)
-{
-    fp4_report *scratch = calloc(1, sizeof *scratch);
-    if (!scratch) return;
-    cli_stamp_report(scratch, "fp4bench layer", argc, argv);
-    snprintf(r->version, sizeof r->version, "%s", scratch->version);
-    snprintf(r->commit, sizeof r->commit, "%s", scratch->commit);
-    snprintf(r->started, sizeof r->started, "%s", scratch->started);
-    snprintf(r->host, sizeof r->host, "%s", scratch->host);
-    snprintf(r->command, sizeof r->command, "%s", scratch->command);
-    free(scratch);
 }
 
 /* Keep the row, print it, rewrite the --json file (not '-': that comes at the end). */
@@ -282,7 +259,7 @@ int cmd_layer(int argc, char **argv)
     memset(&report, 0, sizeof report);
     report.spec = l.spec;
     report.settings = l.set;
-    stamp(&report, argc, argv);
+    (void)MG_STAMP(&report, a.cmd, argc, argv, &err); /* without memory for it, the stamp stays empty */
     fp4_warnings_clear(&warn);
     if (l.json && strcmp(l.json, "-") == 0) out = stderr;
     fp4_layer_print_header(out, l.spec.kind);

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/mg_args.h"
 #include "fp4/multigpu.h"
 
 #define NCCL_MAX_SIZES 64
@@ -104,14 +105,6 @@ static void parse_sizes(const cli_args *a, const char *v, nccl_args *n)
     if (n->nsizes == 0) cli_usage_error(a, "--sizes: give at least one size");
 }
 
-/* An integer flag within lo..hi. */
-static int int_in(const cli_args *a, const char *flag, const char *v, int lo, int hi)
-{
-    long long x = cli_int(a, flag, v);
-    if (x < lo || x > hi) cli_usage_error(a, "%s must be in %d..%d", flag, lo, hi);
-    return (int)x;
-}
-
 static void parse(int argc, char **argv, cli_args *a, nccl_args *n)
 {
     const char *v, *launcher = NULL, *gpus = NULL;
@@ -131,12 +124,8 @@ static void parse(int argc, char **argv, cli_args *a, nccl_args *n)
             parse_ops(a, v, n);
         } else if (cli_value(a, "--sizes", &v)) {
             parse_sizes(a, v, n);
-        } else if (cli_value(a, "--iters", &v)) {
-            n->set.iters = int_in(a, "--iters", v, 1, 100000);
-        } else if (cli_value(a, "--reps", &v)) {
-            n->set.reps = int_in(a, "--reps", v, 1, 1000);
-        } else if (cli_value(a, "--warmup", &v)) {
-            n->set.warmup = int_in(a, "--warmup", v, 0, 100000);
+        } else if (mg_timing_flag(a, &n->set.iters, &n->set.reps, &n->set.warmup)) {
+            continue;
         } else if (cli_value(a, "--launcher", &v)) {
             launcher = v;
             if (strcmp(v, "threads") == 0) n->cfg.launcher = FP4_NCCL_THREADS;
@@ -163,22 +152,6 @@ static void parse(int argc, char **argv, cli_args *a, nccl_args *n)
         n->nsizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
         memcpy(n->sizes, default_sizes, sizeof default_sizes);
     }
-}
-
-/* Version, commit, start time, host and command line, as run and moe stamp
- * theirs. */
-static fp4_status stamp(fp4_coll_report *r, int argc, char **argv, fp4_err *err)
-{
-    fp4_report *scratch = calloc(1, sizeof *scratch);
-    if (!scratch) return fp4_fail(err, FP4_ERR_NOMEM, "no memory");
-    cli_stamp_report(scratch, "fp4bench nccl", argc, argv);
-    snprintf(r->version, sizeof r->version, "%s", scratch->version);
-    snprintf(r->commit, sizeof r->commit, "%s", scratch->commit);
-    snprintf(r->started, sizeof r->started, "%s", scratch->started);
-    snprintf(r->host, sizeof r->host, "%s", scratch->host);
-    snprintf(r->command, sizeof r->command, "%s", scratch->command);
-    free(scratch);
-    return FP4_OK;
 }
 
 /* The --json and --csv files, and with to_stdout also a '-' of them (only
@@ -240,7 +213,7 @@ int cmd_nccl(int argc, char **argv)
     parse(argc, argv, &a, &n);
     memset(&report, 0, sizeof report);
     report.settings = n.set;
-    if (stamp(&report, argc, argv, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (MG_STAMP(&report, a.cmd, argc, argv, &err) != FP4_OK) cli_die(a.cmd, &err);
     if ((n.json && strcmp(n.json, "-") == 0) || (n.csv && strcmp(n.csv, "-") == 0)) out = stderr;
 
     if (fp4_nccl_probe(&n.cfg, &err) != FP4_OK) {

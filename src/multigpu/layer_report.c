@@ -2,26 +2,18 @@
  * docs/PARALLEL.md "fp4bench layer") and the table. JSON conventions as in
  * docs/JSON.md: microseconds, 10^9 B/s, null for a number that is not finite. */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "fp4/io.h"
 #include "multigpu/layer.h"
+#include "multigpu/mg_report_common.h"
 
 #define LAYER_JSON_SCHEMA "fp4bench-layer/1"
 
 fp4_status fp4_layer_report_add(fp4_layer_report *r, const fp4_layer_row *row, fp4_err *err)
 {
-    if (r->nrows == r->cap) {
-        const int cap = r->cap ? 2 * r->cap : 16;
-        fp4_layer_row *rows = realloc(r->rows, (size_t)cap * sizeof *rows);
-        if (!rows) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for %d result rows", cap);
-        r->rows = rows;
-        r->cap = cap;
-    }
+    fp4_status st = mg_rows_reserve((void **)&r->rows, &r->cap, r->nrows, sizeof *r->rows, err);
+    if (st != FP4_OK) return st;
     r->rows[r->nrows++] = *row;
     return FP4_OK;
 }
@@ -34,45 +26,17 @@ void fp4_layer_report_free(fp4_layer_report *r)
     r->nrows = r->cap = 0;
 }
 
-/* Building the tree: the first failed allocation clears *ok, and the writer
- * then gives up once. */
-static void put(int *ok, cJSON *obj, const char *key, cJSON *item)
-{
-    if (*ok && obj && item && cJSON_AddItemToObject(obj, key, item)) return;
-    cJSON_Delete(item);
-    *ok = 0;
-}
+/* short names: the trees below are long */
+#define put mg_json_put
+#define num mg_json_num
+#define TEXT MG_JSON_TEXT
 
-/* A finite number with 17 significant digits (reads back the same), else null. */
-static cJSON *num(double v)
+static cJSON *row_json(int *ok, const void *rows, int i)
 {
-    char text[40];
-    if (!isfinite(v)) return cJSON_CreateNull();
-    snprintf(text, sizeof text, "%.17g", v);
-    for (char *p = text; *p; p++)
-        if (*p == ',') *p = '.'; /* a locale's decimal comma */
-    return cJSON_CreateRaw(text);
-}
-
-/* A bounded string, bytes that are not UTF-8 replaced. */
-static cJSON *text(const char *s, size_t cap)
-{
-    char buf[4200];
-    size_t len = strnlen(s, cap < sizeof buf - 1 ? cap : sizeof buf - 1);
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    fp4_utf8_sanitize(buf, len);
-    return cJSON_CreateString(buf);
-}
-#define TEXT(field) text((field), sizeof(field))
-
-static cJSON *row_json(int *ok, const fp4_layer_row *w)
-{
-    cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray();
+    const fp4_layer_row *w = &((const fp4_layer_row *)rows)[i];
+    cJSON *o = cJSON_CreateObject();
     const int moe = w->kind != FP4_LAYER_ATTN;
-    if (!o || !ranks) {
-        cJSON_Delete(o);
-        cJSON_Delete(ranks);
+    if (!o) {
         *ok = 0;
         return NULL;
     }
@@ -108,29 +72,19 @@ static cJSON *row_json(int *ok, const fp4_layer_row *w)
     put(ok, o, "combine_wire_bytes", num(w->combine_wire_bytes));
     put(ok, o, "combine_busbw_gbps", num(w->combine_busbw_gbps));
     put(ok, o, "recv_imbalance", num(w->recv_imbalance));
-    for (int k = 0; k < w->ranks && k < FP4_NCCL_MAX_RANKS && *ok; k++)
-        if (!cJSON_AddItemToArray(ranks, num(w->rank_total_us[k]))) *ok = 0;
-    put(ok, o, "rank_total_us", ranks);
+    mg_json_nums(ok, o, "rank_total_us", w->rank_total_us,
+                 w->ranks < FP4_NCCL_MAX_RANKS ? w->ranks : FP4_NCCL_MAX_RANKS);
     return o;
 }
 
 static cJSON *report_json(const fp4_layer_report *r)
 {
     int ok = 1;
-    cJSON *root = cJSON_CreateObject(), *o, *rows;
+    cJSON *root = cJSON_CreateObject(), *o;
     const fp4_layer_spec *sp = &r->spec;
     char label[96];
     if (!root) return NULL;
-    put(&ok, root, "schema", cJSON_CreateString(LAYER_JSON_SCHEMA));
-    put(&ok, root, "schema_version", num(1));
-    o = cJSON_CreateObject();
-    put(&ok, root, "fp4bench", o);
-    put(&ok, o, "version", TEXT(r->version));
-    put(&ok, o, "commit", TEXT(r->commit));
-    put(&ok, root, "started", TEXT(r->started));
-    put(&ok, root, "host", TEXT(r->host));
-    put(&ok, root, "command", TEXT(r->command));
-    put(&ok, root, "unsupported", TEXT(r->unsupported));
+    MG_JSON_HEAD(&ok, root, LAYER_JSON_SCHEMA, r);
     o = cJSON_CreateObject();
     put(&ok, root, "layer", o);
     put(&ok, o, "kind", cJSON_CreateString(fp4_layer_kind_name(sp->kind)));
@@ -152,8 +106,7 @@ static cJSON *report_json(const fp4_layer_report *r)
     }
     if (r->have_info) {
         const fp4_nccl_info *in = &r->info;
-        snprintf(label, sizeof label, "%d.%d.%d", in->nccl_version / 10000, in->nccl_version / 100 % 100,
-                 in->nccl_version % 100);
+        mg_nccl_version_text(in->nccl_version, label, sizeof label);
         o = cJSON_CreateObject();
         put(&ok, root, "nccl", o);
         put(&ok, o, "version", cJSON_CreateString(label));
@@ -164,21 +117,8 @@ static cJSON *report_json(const fp4_layer_report *r)
     } else {
         put(&ok, root, "nccl", cJSON_CreateNull());
     }
-    o = cJSON_CreateObject();
-    put(&ok, root, "settings", o);
-    put(&ok, o, "iters", num(r->settings.iters));
-    put(&ok, o, "warmup", num(r->settings.warmup));
-    put(&ok, o, "reps", num(r->settings.reps));
-    put(&ok, o, "seed", num((double)r->settings.seed));
-    rows = cJSON_CreateArray();
-    for (int i = 0; rows && i < r->nrows && ok; i++) {
-        cJSON *row = row_json(&ok, &r->rows[i]);
-        if (!row || !cJSON_AddItemToArray(rows, row)) {
-            cJSON_Delete(row);
-            ok = 0;
-        }
-    }
-    put(&ok, root, "rows", rows);
+    mg_json_settings(&ok, root, r->settings.iters, r->settings.warmup, r->settings.reps, r->settings.seed);
+    mg_json_rows(&ok, root, r->nrows, row_json, r->rows);
     if (!ok) {
         cJSON_Delete(root);
         return NULL;
@@ -188,36 +128,8 @@ static cJSON *report_json(const fp4_layer_report *r)
 
 fp4_status fp4_layer_write_json(const char *path, const fp4_layer_report *r, fp4_err *err)
 {
-    cJSON *root;
-    char *doc, tmp[4200];
-    FILE *f;
-    fp4_status st = FP4_OK;
     if (!path || !path[0] || !r) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_layer_write_json: no path or report");
-    root = report_json(r);
-    doc = root ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!doc) return fp4_fail(err, FP4_ERR_NOMEM, "no memory writing %s", path);
-    if (strcmp(path, "-") == 0) {
-        if (printf("%s\n", doc) < 0 || fflush(stdout) != 0) st = fp4_fail(err, FP4_ERR_IO, "cannot write to stdout");
-        cJSON_free(doc);
-        return st;
-    }
-    /* path.tmp renamed over path: a reader never sees half a document */
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        cJSON_free(doc);
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "path too long: %s", path);
-    }
-    if (!(f = fopen(tmp, "wb"))) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    } else {
-        if (fprintf(f, "%s\n", doc) < 0) st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        if (fclose(f) != 0 && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        if (st == FP4_OK && rename(tmp, path) != 0)
-            st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        if (st != FP4_OK) remove(tmp);
-    }
-    cJSON_free(doc);
-    return st;
+    return mg_write_json(path, report_json(r), err);
 }
 
 /* ---- the table ------------------------------------------------------------------------------------------ */
