@@ -211,7 +211,18 @@ typedef struct fp4_row {
     fp4_telemetry tel;
 
     fp4_row_moe moe; /* rows of fp4bench moe; moe.present 0 otherwise */
+
+    int gpu; /* CUDA device number the row was measured on (0 on CPU rows) */
 } fp4_row;
+
+/* One GPU of a multi-GPU run (fp4bench run --gpus): its description, which
+ * device it is, and the ceilings measured on it. */
+#define FP4_MAX_GPUS 16
+typedef struct fp4_gpu_run {
+    fp4_device_info dev;
+    fp4_device_extra x; /* x.index: its CUDA device number */
+    fp4_ceilings ceil;
+} fp4_gpu_run;
 
 /* The results of a run: where and how it measured, and its rows. */
 typedef struct fp4_report {
@@ -227,6 +238,12 @@ typedef struct fp4_report {
     fp4_row *rows;
     int nrows;
     int cap;
+    /* A multi-GPU run: every GPU's description and ceilings, in the order
+     * listed (dev, devx and ceil then hold the first one's). 0: a run on
+     * one device, described by dev, devx and ceil alone. */
+    int ngpus;
+    fp4_gpu_run gpus[FP4_MAX_GPUS];
+    fp4_device_extra devx; /* which device dev is: number, PCI bus id, power limit */
 } fp4_report;
 
 /* Append a row (copied; the row's samples pointer is taken over). */
@@ -241,7 +258,14 @@ typedef struct fp4_engine fp4_engine;
 typedef void (*fp4_row_callback)(const fp4_report *report, const fp4_row *row, void *user);
 
 /* Create an engine: looks for a GPU (absent is fine), loads NVML if present,
- * fills report->dev and report->set. */
+ * fills report->dev and report->set. The engine is bound to the calling
+ * thread's current CUDA device (cudaSetDevice before this call picks it):
+ * its stream, buffers, NVML handle (found by the device's PCI bus id), L2
+ * size, clocks and ceilings are that device's, its rows carry its number in
+ * gpu, and every engine call below first makes it the calling thread's
+ * device again. One engine per GPU may run in its own thread at the same
+ * time as the others (fp4bench run --gpus); one engine is not to be used by
+ * two threads at once. */
 fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_engine **out,
                              fp4_err *err);
 

@@ -42,6 +42,10 @@ fp4_status fp4_report_parse_json(const char *text, size_t len, const char *name,
 /* CSV: header once, then one line per row, flushed. */
 fp4_status fp4_csv_write_header(FILE *f, fp4_err *err);
 fp4_status fp4_csv_write_row(FILE *f, const fp4_row *row, fp4_err *err);
+/* The CSV of fp4bench run --gpus: the columns above, then gpu (the CUDA
+ * device the row ran on). */
+fp4_status fp4_csv_write_header_gpus(FILE *f, fp4_err *err);
+fp4_status fp4_csv_write_row_gpus(FILE *f, const fp4_row *row, fp4_err *err);
 /* The header of fp4bench moe's CSV: the columns above, then the MoE ones
  * (docs/JSON.md), which fp4_csv_write_row writes for rows with moe.present. */
 fp4_status fp4_csv_write_header_moe(FILE *f, fp4_err *err);

@@ -20,6 +20,7 @@ typedef int (*nvml_uint_fn)(void *, unsigned int *);
 typedef int (*nvml_temp_fn)(void *, int, unsigned int *);
 typedef int (*nvml_reasons_fn)(void *, unsigned long long *);
 typedef int (*nvml_driver_fn)(char *, unsigned int);
+typedef int (*nvml_limit_fn)(void *, unsigned int *);
 
 struct fp4_nvml {
     void *lib;
@@ -30,6 +31,7 @@ struct fp4_nvml {
     nvml_temp_fn temp;
     nvml_reasons_fn reasons;
     char driver[64];
+    double power_limit_w; /* enforced limit at open, 0 unknown */
 };
 
 #ifdef FP4_HAVE_CUDA
@@ -56,6 +58,8 @@ fp4_nvml *fp4_nvml_open(char *why, size_t why_len)
     nvml_void_fn init = NULL;
     nvml_handle_by_pci_fn by_pci = NULL;
     nvml_driver_fn driver = NULL;
+    nvml_limit_fn limit = NULL;
+    unsigned int limit_mw = 0;
     char bus[32];
     int dev = 0;
     if (!n) {
@@ -76,6 +80,7 @@ fp4_nvml *fp4_nvml_open(char *why, size_t why_len)
     LOAD(n->reasons, nvml_reasons_fn, "nvmlDeviceGetCurrentClocksEventReasons");
     if (!n->reasons) LOAD(n->reasons, nvml_reasons_fn, "nvmlDeviceGetCurrentClocksThrottleReasons");
     LOAD(driver, nvml_driver_fn, "nvmlSystemGetDriverVersion");
+    LOAD(limit, nvml_limit_fn, "nvmlDeviceGetEnforcedPowerLimit");
     if (!init || !n->shutdown || !by_pci || !n->clock) {
         snprintf(why, why_len, "NVML lacks the functions we need");
         goto fail;
@@ -84,6 +89,9 @@ fp4_nvml *fp4_nvml_open(char *why, size_t why_len)
         snprintf(why, why_len, "nvmlInit failed");
         goto fail;
     }
+    /* the handle of the calling thread's device, found by its PCI bus id:
+     * NVML's and CUDA's device numbers need not agree (CUDA_VISIBLE_DEVICES,
+     * CUDA_DEVICE_ORDER) */
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess ||
         by_pci(bus, &n->dev) != 0) {
         snprintf(why, why_len, "NVML cannot find the CUDA device");
@@ -91,6 +99,7 @@ fp4_nvml *fp4_nvml_open(char *why, size_t why_len)
         goto fail;
     }
     if (driver && driver(n->driver, sizeof n->driver) != 0) n->driver[0] = '\0';
+    if (limit && limit(n->dev, &limit_mw) == 0) n->power_limit_w = limit_mw / 1000.0;
     return n;
 fail:
     if (n->lib) dlclose(n->lib);
@@ -110,6 +119,11 @@ void fp4_nvml_close(fp4_nvml *n)
 const char *fp4_nvml_driver(const fp4_nvml *n)
 {
     return n ? n->driver : "";
+}
+
+double fp4_nvml_power_limit_w(const fp4_nvml *n)
+{
+    return n ? n->power_limit_w : 0;
 }
 
 int fp4_nvml_read(fp4_nvml *n, fp4_nvml_sample *s)
@@ -192,5 +206,40 @@ void fp4_device_describe(fp4_device_info *info)
     if (cudaDeviceGetAttribute(&v, cudaDevAttrMemoryClockRate, dev) == cudaSuccess)
         info->mem_clock_max_mhz = v / 1000.0;
     fp4_datasheet_peaks(info->name, info);
+#endif
+}
+
+void fp4_device_locate(fp4_device_extra *x)
+{
+    memset(x, 0, sizeof *x);
+#ifdef FP4_HAVE_CUDA
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    x->index = dev;
+    if (cudaDeviceGetPCIBusId(x->pci_bus_id, (int)sizeof x->pci_bus_id, dev) != cudaSuccess) {
+        x->pci_bus_id[0] = '\0'; /* a description without it is still one */
+        (void)cudaGetLastError();
+    }
+#endif
+}
+
+int fp4_device_count(char *why, size_t why_len)
+{
+#ifndef FP4_HAVE_CUDA
+    snprintf(why, why_len, "fp4bench was built without CUDA");
+    return 0;
+#else
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        snprintf(why, why_len, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (why_len) why[0] = '\0';
+    return count;
 #endif
 }

@@ -15,6 +15,8 @@ typedef struct fp4_nvml fp4_nvml;
 fp4_nvml *fp4_nvml_open(char *why, size_t why_len);
 void fp4_nvml_close(fp4_nvml *n);
 const char *fp4_nvml_driver(const fp4_nvml *n);
+/* The device's enforced power limit in W, read at open (0 unknown). */
+double fp4_nvml_power_limit_w(const fp4_nvml *n);
 
 /* One reading. Returns 0 on success. */
 typedef struct fp4_nvml_sample {

@@ -12,6 +12,7 @@
 #include "fp4/engine.h"
 #include "fp4/report.h"
 #include "fp4/shapes.h"
+#include "multigpu/pergpu.h"
 
 #define MAX_BACKENDS 32
 #define MAX_PLUGINS 8
@@ -57,6 +58,14 @@ static const char run_usage[] =
     "  --verify-only              verify every backend, do not time\n"
     "  --time-reference           also time the reference backends (cpu-ref, cuda-ref); by\n"
     "                             default they only verify, unless nothing else runs\n"
+    "GPUs:\n"
+    "  --gpus all|0,1,...         run the workload on every listed GPU at once, one thread and\n"
+    "                             engine per GPU (default: device 0 alone). Rows carry their\n"
+    "                             GPU; after the table, per case and backend the spread of\n"
+    "                             the GPUs' medians, GPUs slower than their median by more\n"
+    "                             than max(3%, noise) (flag S) or throttled, and a node\n"
+    "                             summary (docs/PARALLEL.md). A bad list is a usage error;\n"
+    "                             without a CUDA device: unsupported (exit 3)\n"
     "output:\n"
     "  --json FILE                versioned JSON (docs/JSON.md), rewritten after every row;\n"
     "                             '-': to stdout once, at the end\n"
@@ -77,12 +86,15 @@ static const char run_usage[] =
     "             130 interrupted (Ctrl-C)\n";
 
 typedef struct run_ctx {
+    const char *cmd;       /* for messages */
+    FILE *out;             /* header and table */
     const char *json_path; /* NULL: none, or JSON to stdout (written at the end) */
     FILE *csv;
     int progress;
     int total, done;
     fp4_err err;
     int write_failed;
+    int ready; /* --gpus: the header was printed, the cases began */
 } run_ctx;
 
 static void on_row(const fp4_report *report, const fp4_row *row, void *user)
@@ -95,14 +107,49 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
         fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
         ctx->write_failed = 1;
     }
-    if (ctx->csv && fp4_csv_write_row(ctx->csv, row, &err) != FP4_OK)
+    if (ctx->csv && (report->ngpus > 0 ? fp4_csv_write_row_gpus(ctx->csv, row, &err)
+                                       : fp4_csv_write_row(ctx->csv, row, &err)) != FP4_OK)
         fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
     if (ctx->progress) {
-        fprintf(stderr, "\r\033[K[%d/%d] %s %lldx%lldx%lld %s: %s", ctx->done, ctx->total,
+        char gpu[24] = "";
+        if (report->ngpus > 0) snprintf(gpu, sizeof gpu, " GPU %d", row->gpu);
+        fprintf(stderr, "\r\033[K[%d/%d]%s %s %lldx%lldx%lld %s: %s", ctx->done, ctx->total, gpu,
                 row->label, (long long)row->shape.m, (long long)row->shape.n,
                 (long long)row->shape.k, row->backend, fp4_row_state_name(row->state));
         fflush(stderr);
     }
+}
+
+/* --gpus: every GPU's engine is up, report->gpus filled (the run's lock is
+ * held): the header, the first JSON, and from here Ctrl-C stops the run.
+ * Non-zero (the JSON cannot be written) ends the run before any case. */
+static int on_gpus_ready(fp4_report *report, void *user)
+{
+    run_ctx *ctx = user;
+    if (ctx->progress) fputs("\r\033[K", stderr);
+    fp4_report_print_header(ctx->out, report);
+    fflush(ctx->out);
+    if (ctx->json_path && fp4_report_write_json(ctx->json_path, report, &ctx->err) != FP4_OK)
+        return 1;
+    cli_catch_sigint();
+    ctx->ready = 1;
+    return 0;
+}
+
+/* --gpus LIST: checked here, before anything runs: a bad list is a usage
+ * error (exit 2), no CUDA device "unsupported" (exit 3). */
+static void resolve_gpus(const cli_args *a, const char *arg, fp4_gpu_list *gpus)
+{
+    fp4_err err;
+    char why[FP4_ERR_MSG_LEN];
+    int count;
+    if (fp4_gpu_list_parse(arg, gpus, &err) != FP4_OK) cli_usage_error(a, "--gpus: %s", err.msg);
+    count = fp4_device_count(why, sizeof why);
+    if (count <= 0) {
+        fprintf(stderr, "%s: unsupported (no CUDA device: %s)\n", a->cmd, why);
+        exit(EXIT_RUNTIME);
+    }
+    if (fp4_gpu_list_resolve(gpus, count, &err) != FP4_OK) cli_usage_error(a, "--gpus: %s", err.msg);
 }
 
 /* Append ops unless a backend of that name is already listed (rows are told
@@ -157,7 +204,8 @@ int cmd_run(int argc, char **argv, int default_suite)
     void *plugin_handles[MAX_PLUGINS];
     const fp4_backend_ops *plugin_ops[MAX_PLUGINS];
     int nbackends = 0, nplugins = 0, max_time_given = 0, no_ceilings = 0, quiet = 0;
-    const char *v, *csv_path = NULL, *backend_arg = NULL, *json_arg = NULL;
+    const char *v, *csv_path = NULL, *backend_arg = NULL, *json_arg = NULL, *gpus_arg = NULL;
+    fp4_gpu_list gpus;
     int verbose = 0;
     FILE *out = stdout; /* header and table: stderr when the data goes to stdout */
     fp4_err err;
@@ -234,6 +282,9 @@ int cmd_run(int argc, char **argv, int default_suite)
             max_time_given = 1;
         } else if (cli_flag(&a, "--no-ceilings")) {
             no_ceilings = 1;
+        } else if (cli_value(&a, "--gpus", &v)) {
+            if (gpus_arg) cli_usage_error(&a, "--gpus given twice: list them in one, 0,1,2");
+            gpus_arg = v;
         } else if (cli_flag(&a, "--time-reference")) {
             set.time_reference = 1;
         } else if (cli_flag(&a, "--verify-only")) {
@@ -250,6 +301,8 @@ int cmd_run(int argc, char **argv, int default_suite)
     }
     if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
         cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
+    memset(&gpus, 0, sizeof gpus);
+    if (gpus_arg) resolve_gpus(&a, gpus_arg, &gpus);
     if (json_arg && strcmp(json_arg, "-") != 0) ctx.json_path = json_arg;
     if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0))
         out = stderr;
@@ -286,24 +339,63 @@ int cmd_run(int argc, char **argv, int default_suite)
                                 set.baseline);
     }
     set.interrupt = cli_interrupt_flag();
-    if (fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
+    /* --gpus: every GPU makes its own engine, in its own thread (below) */
+    if (!gpus_arg && fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
 
     /* argv[0] is "run" for the subcommand, the program path for the default suite */
     cli_stamp_report(&report, default_suite ? "fp4bench" : "fp4bench run", argc, argv);
 
     if (csv_path && strcmp(csv_path, "-") == 0) {
         ctx.csv = stdout;
-        if (fp4_csv_write_header(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.csv, &err) : fp4_csv_write_header(ctx.csv, &err)) !=
+            FP4_OK)
+            cli_die(a.cmd, &err);
     } else if (csv_path) {
         ctx.csv = fopen(csv_path, "w");
         if (!ctx.csv) {
             fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
             cli_die(a.cmd, &err);
         }
-        if (fp4_csv_write_header(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.csv, &err) : fp4_csv_write_header(ctx.csv, &err)) !=
+            FP4_OK)
+            cli_die(a.cmd, &err);
     }
     ctx.progress = !quiet && isatty(2);
-    ctx.total = cases.count * nbackends;
+    ctx.total = cases.count * nbackends * (gpus_arg ? gpus.n : 1);
+    ctx.cmd = a.cmd;
+    ctx.out = out;
+
+    fp4_warnings warn;
+    fp4_warnings_clear(&warn);
+    if (gpus_arg) {
+        const fp4_pergpu_job job = {&set, set.measure_ceilings, cases.items, cases.count,
+                                    backends, nbackends, &gpus, on_gpus_ready, on_row, &ctx};
+        if (ctx.progress)
+            fprintf(stderr, "starting %d GPUs%s...", gpus.n,
+                    set.measure_ceilings ? ", measuring their ceilings" : "");
+        fp4_err_clear(&ctx.err);
+        fp4_status gst = fp4_pergpu_run(&job, &report, &warn, &err);
+        if (ctx.progress) fputs("\r\033[K", stderr);
+        if (gst == FP4_ERR_INTERRUPTED) {
+            report.interrupted = 1;
+            fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
+            if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+                fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
+            rc = EXIT_INTERRUPTED;
+        } else if (gst != FP4_OK || ctx.err.msg[0]) {
+            fprintf(stderr, "%s: error: %s\n", a.cmd,
+                    ctx.err.msg[0] ? fp4_err_text(&ctx.err) : fp4_err_text(&err));
+            rc = EXIT_RUNTIME;
+        }
+        if (!ctx.ready) { /* no GPU got to its first case: no table either */
+            cli_print_warnings(&warn);
+            fp4_report_free(&report);
+            fp4_cases_free(&cases);
+            for (int i = 0; i < nplugins; i++) fp4_backend_unload(plugin_handles[i]);
+            return rc ? rc : EXIT_RUNTIME;
+        }
+        goto report;
+    }
 
     if (set.measure_ceilings) {
         if (ctx.progress) fprintf(stderr, "measuring ceilings (read bandwidth, bf16/fp8 rates)...");
@@ -338,6 +430,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         }
     }
     if (ctx.progress) fputs("\r\033[K", stderr);
+report:
     fp4_report_print_table_verbose(out, &report, verbose);
     if (json_arg && strcmp(json_arg, "-") == 0 && cli_json_to_stdout(&report, &err) != FP4_OK) {
         fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
@@ -356,9 +449,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         fprintf(stderr, "%s: error: cannot write to stdout\n", a.cmd);
         rc = EXIT_RUNTIME;
     }
-    fp4_warnings warn;
-    fp4_warnings_clear(&warn);
-    fp4_engine_destroy(engine, &warn);
+    fp4_engine_destroy(engine, &warn); /* NULL under --gpus: each thread destroyed its own */
     cli_print_warnings(&warn);
     fp4_report_free(&report);
     fp4_cases_free(&cases);

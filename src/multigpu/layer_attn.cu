@@ -198,7 +198,7 @@ static fp4_status attn_check(layer_job *j, nccl_rank *r, void *state, fp4_err *e
     layer_verdict *v = &j->verdict[r->rank];
     float *got = (float *)malloc((size_t)lc->nrows * (size_t)wide * sizeof *got);
     double qmax = 0, qnorm = 0;
-    char why[200]; /* fp4_compare_outputs's message fits in 160 */
+    char why[160]; /* fp4_compare_outputs's message fits; with the prefixes below it fits v->why */
     fp4_status st;
     if (!got) return fp4_fail(err, FP4_ERR_NOMEM, "rank %d: no memory for the check", r->rank);
     st = layer_read_rows_bf16(r, s->qkv_out, s->qkv.n, lc, got, err);

@@ -1,7 +1,9 @@
 /* compare OLD NEW: match rows, judge each pair with a noise-aware verdict,
  * print a table and a summary, and count regressions.
  *
- * Rows match on (backend, label, m, n, k, l2); a key repeated within a report
+ * Rows match on (backend, label, m, n, k, l2, gpu), so the rows of a
+ * multi-GPU run (fp4bench run --gpus) match GPU by GPU, and files from before
+ * the gpu field (read as GPU 0) match those of a one-GPU run; a key repeated within a report
  * matches its occurrences in order. Matching goes through a hash table on
  * that key, so that it is linear in the rows (reports of 10^5 rows and more
  * are real: sweeps over many models).
@@ -31,11 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_BACKEND, K_LABEL, K_SHAPE, K_L2, K_OLD, K_NEW, K_RATIO, K_VERDICT, KCOL };
+enum { K_BACKEND, K_LABEL, K_SHAPE, K_L2, K_GPU, K_OLD, K_NEW, K_RATIO, K_VERDICT, KCOL };
 
-static const char *const k_title[KCOL] = {"backend", "label", "shape", "L2", "old us",
+static const char *const k_title[KCOL] = {"backend", "label", "shape", "L2", "gpu", "old us",
                                           "new us", "new/old", "verdict"};
-static const int k_left[KCOL] = {1, 1, 1, 1, 0, 0, 0, 1};
+static const int k_left[KCOL] = {1, 1, 1, 1, 0, 0, 0, 0, 1};
 
 #define KCELL 128
 #define DETAIL_MAX 60
@@ -52,7 +54,7 @@ static int same_key(const fp4_row *a, const fp4_row *b)
 {
     return strcmp(a->backend, b->backend) == 0 && strcmp(a->label, b->label) == 0 &&
            a->shape.m == b->shape.m && a->shape.n == b->shape.n && a->shape.k == b->shape.k &&
-           strcmp(a->l2, b->l2) == 0;
+           strcmp(a->l2, b->l2) == 0 && a->gpu == b->gpu;
 }
 
 /* FNV-1a over the key's fields (bounded: the arrays may be unterminated in a
@@ -70,7 +72,7 @@ static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
 static uint64_t key_hash(const fp4_row *x)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    int64_t dims[3] = {x->shape.m, x->shape.n, x->shape.k};
+    int64_t dims[4] = {x->shape.m, x->shape.n, x->shape.k, x->gpu};
     h = fnv_bytes(h, x->backend, strnlen(x->backend, sizeof x->backend));
     h = fnv_bytes(h, "\0", 1); /* ("ab", "c") and ("a", "bc") differ */
     h = fnv_bytes(h, x->label, strnlen(x->label, sizeof x->label));
@@ -223,6 +225,7 @@ static void pair_cells(const cmp_pair *p, char c[KCOL][KCELL], char *detail, siz
     snprintf(c[K_SHAPE], KCELL, "%lldx%lldx%lld", (long long)x->shape.m,
              (long long)x->shape.n, (long long)x->shape.k);
     snprintf(c[K_L2], KCELL, "%s", x->l2[0] ? x->l2 : "-");
+    snprintf(c[K_GPU], KCELL, "%d", x->gpu);
     time_cell(c[K_OLD], p->o);
     time_cell(c[K_NEW], p->n);
     if (isfinite(p->ratio)) snprintf(c[K_RATIO], KCELL, "%.3f", p->ratio);
@@ -242,6 +245,22 @@ static const char *timing_mode(const fp4_report *r)
     if (!r->dev.present) return "host";
     if (!r->set.use_graphs) return "launch";
     return r->set.measure_launch ? "graph+launch" : "graph";
+}
+
+/* The GPUs a report ran on, "0,1,2" ("0": one device, the usual run). */
+static void gpu_set_text(const fp4_report *r, char *b, size_t cap)
+{
+    size_t len = 0;
+    b[0] = '\0';
+    if (r->ngpus <= 0) {
+        snprintf(b, cap, "%d", r->devx.index);
+        return;
+    }
+    for (int i = 0; i < r->ngpus && i < FP4_MAX_GPUS && len < cap; i++) {
+        int w = snprintf(b + len, cap - len, "%s%d", i ? "," : "", r->gpus[i].x.index);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
 }
 
 /* One warning line per differing setting (f NULL: count only). */
@@ -271,6 +290,13 @@ int fp4_report_compare_settings(FILE *f, const fp4_report *a, const fp4_report *
                 (a->dev.present && (a->dev.cc_major != b->dev.cc_major ||
                                     a->dev.cc_minor != b->dev.cc_minor)),
             "the reports come from different GPUs (old: %s, new: %s)", ga, gb);
+    {
+        char sa[FP4_MAX_GPUS * 6 + 8], sb[FP4_MAX_GPUS * 6 + 8];
+        gpu_set_text(a, sa, sizeof sa);
+        gpu_set_text(b, sb, sizeof sb);
+        WARN_IF(strcmp(sa, sb) != 0, "the reports ran on different GPU sets (old: %s, new: %s)",
+                sa, sb);
+    }
     WARN_IF(a->dev.present && b->dev.present && a->dev.driver_version != b->dev.driver_version,
             "the reports use different CUDA drivers (old: %d, new: %d)", a->dev.driver_version,
             b->dev.driver_version);
@@ -316,7 +342,8 @@ int fp4_report_compare_settings(FILE *f, const fp4_report *a, const fp4_report *
 #undef WARN_IF
 
 /* Print the table of pairs with computed column widths, then the summary. */
-static void print_pairs(FILE *f, const cmp_pair *p, int np, double thr, int regressions)
+static void print_pairs(FILE *f, const cmp_pair *p, int np, double thr, int regressions,
+                        int show_gpu)
 {
     char c[KCOL][KCELL], detail[DETAIL_MAX + 8];
     int width[KCOL];
@@ -335,6 +362,7 @@ static void print_pairs(FILE *f, const cmp_pair *p, int np, double thr, int regr
         }
     }
     for (int k = 0; k < KCOL; k++) {
+        if (k == K_GPU && !show_gpu) continue;
         if (k) fputs("  ", f);
         fprintf(f, k_left[k] ? "%-*s" : "%*s", k == KCOL - 1 ? 0 : width[k], k_title[k]);
     }
@@ -342,6 +370,7 @@ static void print_pairs(FILE *f, const cmp_pair *p, int np, double thr, int regr
     for (int i = 0; i < np; i++) {
         pair_cells(&p[i], c, detail, sizeof detail);
         for (int k = 0; k < KCOL; k++) {
+            if (k == K_GPU && !show_gpu) continue;
             if (k) fputs("  ", f);
             fprintf(f, k_left[k] ? "%-*s" : "%*s", k == KCOL - 1 ? 0 : width[k], c[k]);
         }
@@ -412,7 +441,12 @@ int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *
         regressions += pairs[i].regression;
     }
 
-    if (f) print_pairs(f, pairs, np, thr, regressions);
+    if (f) { /* the GPU column only where a report has rows of a GPU other than 0 */
+        int show_gpu = old_r->ngpus > 0 || new_r->ngpus > 0;
+        for (int i = 0; i < np && !show_gpu; i++)
+            show_gpu = (pairs[i].o && pairs[i].o->gpu != 0) || (pairs[i].n && pairs[i].n->gpu != 0);
+        print_pairs(f, pairs, np, thr, regressions, show_gpu);
+    }
 out:
     index_free(&ix);
     free(pairs);

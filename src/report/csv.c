@@ -2,7 +2,9 @@
  * so that a partial run leaves a usable file. Quoting follows RFC 4180: a
  * field containing a comma, a double quote, CR or LF is enclosed in double
  * quotes with inner quotes doubled. Lines end in LF. Unknown or non-finite
- * numbers are empty fields; throttle_reasons is hexadecimal ("0x4"). */
+ * numbers are empty fields; throttle_reasons is hexadecimal ("0x4"). The
+ * CSV of fp4bench run --gpus adds one last column, gpu, the CUDA device of
+ * the row; the others keep their columns as they were. */
 #include "fp4/report.h"
 
 #include <errno.h>
@@ -23,6 +25,9 @@ static const char *const csv_moe_fields[] = {
     "moe_model", "moe_step", "moe_mode", "moe_routing", "tokens", "active_experts",
     "tokens_per_expert_min", "tokens_per_expert_median", "tokens_per_expert_max",
     "weight_bytes", "tokens_per_s", "pct_bandwidth", "steps"};
+
+/* The last column of the CSV of fp4bench run --gpus. */
+static const char csv_gpu_field[] = "gpu";
 
 /* Writer state for one line: the FILE and whether a field was written yet. */
 typedef struct csv_line {
@@ -88,6 +93,16 @@ fp4_status fp4_csv_write_header(FILE *f, fp4_err *err)
     return end_line(&L, err);
 }
 
+fp4_status fp4_csv_write_header_gpus(FILE *f, fp4_err *err)
+{
+    csv_line L = {f, 0};
+    if (!f) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_csv_write_header_gpus: NULL file");
+    for (size_t i = 0; i < sizeof csv_fields / sizeof csv_fields[0]; i++)
+        put_text(&L, csv_fields[i], strlen(csv_fields[i]) + 1);
+    put_text(&L, csv_gpu_field, sizeof csv_gpu_field);
+    return end_line(&L, err);
+}
+
 fp4_status fp4_csv_write_header_moe(FILE *f, fp4_err *err)
 {
     csv_line L = {f, 0};
@@ -130,10 +145,10 @@ static void put_moe(csv_line *L, const fp4_row *x, int timed)
     put_text(L, steps, sizeof steps);
 }
 
-/* One row in the order of csv_fields. Timing fields are empty for rows that
- * were not timed, ratio fields without a ratio, telemetry fields without
- * telemetry. */
-fp4_status fp4_csv_write_row(FILE *f, const fp4_row *x, fp4_err *err)
+/* One row in the order of csv_fields, then the gpu column when with_gpu.
+ * Timing fields are empty for rows that were not timed, ratio fields without
+ * a ratio, telemetry fields without telemetry. */
+static fp4_status write_row(FILE *f, const fp4_row *x, int with_gpu, fp4_err *err)
 {
     csv_line L = {f, 0};
     const char *state;
@@ -183,5 +198,16 @@ fp4_status fp4_csv_write_row(FILE *f, const fp4_row *x, fp4_err *err)
     }
     put_num(&L, x->prepare_ms);
     put_moe(&L, x, timed);
+    if (with_gpu) put_int(&L, x->gpu);
     return end_line(&L, err);
+}
+
+fp4_status fp4_csv_write_row(FILE *f, const fp4_row *x, fp4_err *err)
+{
+    return write_row(f, x, 0, err);
+}
+
+fp4_status fp4_csv_write_row_gpus(FILE *f, const fp4_row *x, fp4_err *err)
+{
+    return write_row(f, x, 1, err);
 }

@@ -18,6 +18,7 @@
  * strings must be valid UTF-8; the text is at most FP4_JSON_MAX_BYTES. */
 #include "fp4/report.h"
 #include "fp4/io.h"
+#include "multigpu/pergpu.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -147,9 +148,10 @@ static void w_stats(jw *w, cJSON *o, const char *key, const fp4_stats *s, int nu
     w_num(w, t, "noise", s->noise);
 }
 
-static void w_device(jw *w, cJSON *root, const fp4_device_info *d)
+/* The object "device" under parent (the top level, or an entry of gpus). */
+static void w_device(jw *w, cJSON *parent, const fp4_device_info *d, const fp4_device_extra *x)
 {
-    cJSON *o = w_obj(w, root, "device");
+    cJSON *o = w_obj(w, parent, "device");
     w_bool(w, o, "present", d->present);
     W_STR(w, o, "why_absent", d->why_absent);
     W_STR(w, o, "name", d->name);
@@ -169,11 +171,15 @@ static void w_device(jw *w, cJSON *root, const fp4_device_info *d)
     w_num(w, o, "peak_fp8_tflops", d->peak_fp8_tflops);
     w_num(w, o, "peak_fp4_tflops", d->peak_fp4_tflops);
     w_num(w, o, "peak_bw_gbps", d->peak_bw_gbps);
+    w_num(w, o, "index", x->index);
+    W_STR(w, o, "pci_bus_id", x->pci_bus_id);
+    w_num(w, o, "power_limit_w", x->power_limit_w);
 }
 
-static void w_ceilings(jw *w, cJSON *root, const fp4_ceilings *c)
+/* The object "ceilings" under parent (the top level, or an entry of gpus). */
+static void w_ceilings(jw *w, cJSON *parent, const fp4_ceilings *c)
 {
-    cJSON *o = w_obj(w, root, "ceilings");
+    cJSON *o = w_obj(w, parent, "ceilings");
     w_bool(w, o, "measured", c->measured);
     w_num(w, o, "read_gbps", c->read_gbps);
     w_num(w, o, "bf16_tflops", c->bf16_tflops);
@@ -274,6 +280,7 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
         return;
     }
     W_STR(w, o, "label", x->label);
+    w_num(w, o, "gpu", x->gpu);
     w_num(w, o, "m", (double)x->shape.m);
     w_num(w, o, "n", (double)x->shape.n);
     w_num(w, o, "k", (double)x->shape.k);
@@ -344,6 +351,46 @@ static void w_row(jw *w, cJSON *rows, const fp4_row *x, int keep_samples)
     }
 }
 
+/* "gpus" of a multi-GPU run: per GPU its device and ceilings objects (as at
+ * the top level) and "node", how its rows compare with the other GPUs'
+ * (multigpu/pergpu.h; derived from the rows, not read back). */
+static void w_gpus(jw *w, cJSON *root, const fp4_report *r)
+{
+    fp4_gpu_analysis an;
+    cJSON *arr;
+    if (!w->ok || r->ngpus <= 0) return;
+    arr = cJSON_CreateArray();
+    w_item(w, root, "gpus", arr);
+    if (fp4_gpu_analyze(r, &an, NULL) != FP4_OK) w->ok = 0;
+    for (int i = 0; w->ok && i < r->ngpus && i < FP4_MAX_GPUS; i++) {
+        const fp4_gpu_summary *s = fp4_gpu_analysis_find(&an, r->gpus[i].x.index);
+        cJSON *o = cJSON_CreateObject(), *node;
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            w->ok = 0;
+            break;
+        }
+        w_device(w, o, &r->gpus[i].dev, &r->gpus[i].x);
+        w_ceilings(w, o, &r->gpus[i].ceil);
+        node = w_obj(w, o, "node");
+        if (!s) continue;
+        w_num(w, node, "rows", s->rows);
+        w_num(w, node, "timed", s->timed);
+        w_num(w, node, "compared", s->compared);
+        w_num(w, node, "ratio_geomean", s->ratio_geomean);
+        w_num(w, node, "slow_rows", s->slow_rows);
+        w_num(w, node, "throttled_rows", s->throttled_rows);
+        w_num(w, node, "power_cap_samples", s->power_cap_samples);
+        w_num(w, node, "thermal_samples", s->thermal_samples);
+        w_num(w, node, "hw_slowdown_samples", s->hw_slowdown_samples);
+        w_num(w, node, "low_clock_samples", s->low_clock_samples);
+        w_num(w, node, "sm_clock_mhz", s->sm_clock_mhz);
+        w_num(w, node, "sm_clock_min_mhz", s->sm_clock_min_mhz);
+        w_num(w, node, "power_w", s->power_w);
+    }
+    fp4_gpu_analysis_free(&an);
+}
+
 /* The whole document as a tree; NULL when out of memory. */
 static cJSON *build_tree(const fp4_report *r)
 {
@@ -359,9 +406,10 @@ static cJSON *build_tree(const fp4_report *r)
     W_STR(&w, root, "host", r->host);
     W_STR(&w, root, "command", r->command);
     w_bool(&w, root, "interrupted", r->interrupted);
-    w_device(&w, root, &r->dev);
+    w_device(&w, root, &r->dev, &r->devx);
     w_ceilings(&w, root, &r->ceil);
     w_settings(&w, root, &r->set);
+    w_gpus(&w, root, r);
     rows = cJSON_CreateArray();
     w_item(&w, root, "rows", rows);
     for (int i = 0; w.ok && i < r->nrows; i++) w_row(&w, rows, &r->rows[i], r->set.keep_samples);
@@ -621,12 +669,15 @@ static void empty_stats(fp4_stats *s)
     s->median = s->p10 = s->p90 = s->min = s->max = s->mean = s->stdev = s->noise = NAN;
 }
 
-static fp4_status r_device(jr *c, const cJSON *root, fp4_device_info *d)
+/* The object "device" under parent, whose path is at ("" at the top). */
+static fp4_status r_device(jr *c, const cJSON *parent, const char *at, fp4_device_info *d,
+                           fp4_device_extra *x)
 {
     const cJSON *o;
-    const char *w = "device";
+    char w[48];
     fp4_status st;
-    TRY(r_obj(c, root, "", "device", 0, 0, &o));
+    snprintf(w, sizeof w, "%s%sdevice", at, at[0] ? "." : "");
+    TRY(r_obj(c, parent, at, "device", 0, 0, &o));
     if (!o) return FP4_OK;
     TRY(r_flag(c, o, w, "present", 0, &d->present));
     TRY(R_STR(c, o, w, "why_absent", 0, d->why_absent));
@@ -647,16 +698,25 @@ static fp4_status r_device(jr *c, const cJSON *root, fp4_device_info *d)
     TRY(r_num(c, o, w, "peak_fp8_tflops", 0, &d->peak_fp8_tflops));
     TRY(r_num(c, o, w, "peak_fp4_tflops", 0, &d->peak_fp4_tflops));
     TRY(r_num(c, o, w, "peak_bw_gbps", 0, &d->peak_bw_gbps));
+    /* absent in files from before multi-GPU runs: device 0, unknown limit */
+    TRY(r_int(c, o, w, "index", 0, &x->index));
+    if (x->index < 0) return r_bad(c, w, "index", "negative");
+    TRY(R_STR(c, o, w, "pci_bus_id", 0, x->pci_bus_id));
+    TRY(r_num(c, o, w, "power_limit_w", 0, &x->power_limit_w));
+    if (isnan(x->power_limit_w)) x->power_limit_w = 0;
 out:
     return st;
 }
 
-static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
+/* The object "ceilings" under parent, whose path is at ("" at the top). */
+static fp4_status r_ceilings(jr *c, const cJSON *parent, const char *at, fp4_ceilings *ce)
 {
     const cJSON *o;
-    const char *w = "ceilings";
+    char w[48], wl[64];
     fp4_status st;
-    TRY(r_obj(c, root, "", "ceilings", 0, 0, &o));
+    snprintf(w, sizeof w, "%s%sceilings", at, at[0] ? "." : "");
+    snprintf(wl, sizeof wl, "%s.l2_check", w);
+    TRY(r_obj(c, parent, at, "ceilings", 0, 0, &o));
     if (!o) return FP4_OK;
     TRY(r_flag(c, o, w, "measured", 0, &ce->measured));
     TRY(r_num(c, o, w, "read_gbps", 0, &ce->read_gbps));
@@ -669,7 +729,6 @@ static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
     TRY(r_num(c, o, w, "cpu_gflops", 0, &ce->cpu_gflops));
     {
         const cJSON *l;
-        const char *wl = "ceilings.l2_check";
         TRY(r_obj(c, o, w, "l2_check", 0, 1, &l));
         if (l) {
             ce->l2.measured = 1;
@@ -680,6 +739,32 @@ static fp4_status r_ceilings(jr *c, const cJSON *root, fp4_ceilings *ce)
             TRY(r_num(c, l, wl, "rotated_gbps", 0, &ce->l2.rotated_gbps));
             TRY(r_num(c, l, wl, "flushed_gbps", 0, &ce->l2.flushed_gbps));
         }
+    }
+out:
+    return st;
+}
+
+/* "gpus" (optional): at most FP4_MAX_GPUS entries, each with the device and
+ * ceilings objects of the top level; "node" is derived and not read. */
+static fp4_status r_gpus(jr *c, const cJSON *root, fp4_report *r)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "gpus"), *e;
+    fp4_status st = FP4_OK;
+    int i = 0;
+    if (!arr || cJSON_IsNull(arr)) return FP4_OK;
+    if (!cJSON_IsArray(arr)) return r_bad(c, "", "gpus", "expected an array or null");
+    if (cJSON_GetArraySize(arr) > FP4_MAX_GPUS) {
+        char what[48];
+        snprintf(what, sizeof what, "more than %d GPUs", FP4_MAX_GPUS);
+        return r_bad(c, "", "gpus", what);
+    }
+    cJSON_ArrayForEach(e, arr) {
+        char at[24];
+        snprintf(at, sizeof at, "gpus[%d]", i);
+        if (!cJSON_IsObject(e)) return r_bad(c, "", at, "expected an object");
+        TRY(r_device(c, e, at, &r->gpus[i].dev, &r->gpus[i].x));
+        TRY(r_ceilings(c, e, at, &r->gpus[i].ceil));
+        r->ngpus = ++i;
     }
 out:
     return st;
@@ -791,6 +876,8 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
     memset(x, 0, sizeof *x);
     if (!cJSON_IsObject(o)) return r_bad(c, w, NULL, "expected an object");
     TRY(R_STR(c, o, w, "label", 1, x->label));
+    TRY(r_int(c, o, w, "gpu", 0, &x->gpu)); /* absent in older files: GPU 0 */
+    if (x->gpu < 0) return r_bad(c, w, "gpu", "negative");
     TRY(r_i64(c, o, w, "m", 1, &x->shape.m));
     TRY(r_i64(c, o, w, "n", 1, &x->shape.n));
     TRY(r_i64(c, o, w, "k", 1, &x->shape.k));
@@ -1016,8 +1103,9 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
     TRY(R_STR(&c, root, "", "host", 0, r->host));
     TRY(R_STR(&c, root, "", "command", 0, r->command));
     TRY(r_flag(&c, root, "", "interrupted", 0, &r->interrupted));
-    TRY(r_device(&c, root, &r->dev));
-    TRY(r_ceilings(&c, root, &r->ceil));
+    TRY(r_device(&c, root, "", &r->dev, &r->devx));
+    TRY(r_ceilings(&c, root, "", &r->ceil));
+    TRY(r_gpus(&c, root, r));
     TRY(r_settings(&c, root, &r->set));
 
     rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
