@@ -38,7 +38,8 @@ Several modes run one after the other on one build. Modes:
            W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
   multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
            (JSON in OUT)
-  final    build; the MoE and multi-GPU GPU tests, the baseline, fp4bench layer
+  final    build; the MoE and multi-GPU GPU tests (FINAL_TESTS), the baseline,
+           then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
@@ -477,8 +478,9 @@ layer_run() {
 
 mode_final() {
   local rc t=$tmp/final-ctest.txt
-  say "== ctest -R 'gpu_moe|gpu_layer|gpu_gpus|gpu_nccl' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
-  (cd build-dev && ctest --output-on-failure --timeout 200 -j 2 -R 'gpu_moe|gpu_layer|gpu_gpus|gpu_nccl') >"$t" 2>&1
+  local tests=${FINAL_TESTS:-'gpu_moe|gpu_layer|gpu_gpus|gpu_nccl'}
+  say "== ctest -R '$tests' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
+  (cd build-dev && ctest --output-on-failure --timeout 200 -j 2 -R "$tests") >"$t" 2>&1
   rc=$?
   cat "$t" >>"$log"
   grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
@@ -486,6 +488,7 @@ mode_final() {
   [ $rc -eq 0 ] || fail "GPU tests (exit $rc)"
   if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped"; fi
   mode_baseline
+  [ -n "${FINAL_SHORT:-}" ] && return # the tests and the baseline only
   layer_run tp --dims 2048,768,128,8 --tp 1 --tokens 16,256
   layer_run ep --dims 2048,768,128,8 --ep 1 --tokens 16,256 --routing skewed
   layer_run attention --attention --tp 8,4,1 --tokens 16,64,256
