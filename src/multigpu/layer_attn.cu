@@ -20,6 +20,11 @@ typedef struct attn_gemm {
     int64_t n, k;
     uint8_t *b_codes, *b_sf;
     float alpha;
+    /* Its own workspace: decode and mid keep arrival counters at offsets that
+     * depend on the GEMM's size, so two GEMMs sharing one would read each
+     * other's data as counters. */
+    void *ws;
+    size_t ws_bytes;
 } attn_gemm;
 
 typedef struct attn_state {
@@ -31,8 +36,6 @@ typedef struct attn_state {
     uint16_t *qkv_out;        /* [T, qkv.n] */
     uint16_t *partial;        /* [T, H] */
     uint16_t *out;            /* [T, H] all-reduced */
-    void *ws;
-    size_t ws_bytes;
 } attn_state;
 
 /* The kernel for (m, n, k): FP4_SM90_KERNEL's when it fits, else the rule's. */
@@ -101,14 +104,12 @@ static fp4_status attn_setup(layer_job *j, nccl_rank *r, void *state, fp4_err *e
         (st = layer_alloc(r, (void **)&s->partial, (size_t)(T * H) * 2, err)) ||
         (st = layer_alloc(r, (void **)&s->out, (size_t)(T * H) * 2, err)))
         goto out;
-    s->ws_bytes = fp4_sm90_workspace_size(s->qkv.kernel, T, s->qkv.n, s->qkv.k);
-    {
-        const size_t w2 = fp4_sm90_workspace_size(s->o.kernel, T, s->o.n, s->o.k);
-        if (w2 > s->ws_bytes) s->ws_bytes = w2;
-    }
-    if (s->ws_bytes) { /* shared by both GEMMs: one stream serialises them */
-        if ((st = layer_alloc(r, &s->ws, s->ws_bytes, err)) != FP4_OK) goto out;
-        NCCL_RANK_CUDA(err, st, r, cudaMemset(s->ws, 0, s->ws_bytes), out);
+    for (int i = 0; i < 2; i++) {
+        attn_gemm *g = i == 0 ? &s->qkv : &s->o;
+        g->ws_bytes = fp4_sm90_workspace_size(g->kernel, T, g->n, g->k);
+        if (!g->ws_bytes) continue;
+        if ((st = layer_alloc(r, &g->ws, g->ws_bytes, err)) != FP4_OK) goto out;
+        NCCL_RANK_CUDA(err, st, r, cudaMemset(g->ws, 0, g->ws_bytes), out);
     }
 out:
     fp4_matrix_free(&qkv);
@@ -122,7 +123,7 @@ static void attn_teardown(layer_job *j, nccl_rank *r, void *state)
 {
     attn_state *s = (attn_state *)state;
     void *bufs[] = {s->qkv.b_codes, s->qkv.b_sf, s->o.b_codes, s->o.b_sf, s->x, s->x_codes, s->x_sf,
-                    s->a_codes, s->a_sf, s->qkv_out, s->partial, s->out, s->ws};
+                    s->a_codes, s->a_sf, s->qkv_out, s->partial, s->out, s->qkv.ws, s->o.ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) (void)cudaFree(bufs[i]);
     memset(s, 0, sizeof *s);
@@ -143,8 +144,8 @@ static fp4_status gemm(const attn_state *s, const attn_gemm *g, int64_t m, const
     a.b_sf = g->b_sf;
     a.alpha = g->alpha;
     a.d = d;
-    a.workspace = s->ws;
-    a.workspace_bytes = s->ws_bytes;
+    a.workspace = g->ws;
+    a.workspace_bytes = g->ws_bytes;
     a.num_sms = s->num_sms;
     return fp4_sm90_gemm(&a, r->stream, err);
 }
@@ -186,7 +187,7 @@ static fp4_status attn_fault(layer_job *j, nccl_rank *r, void *state, fp4_err *e
 {
     attn_state *s = (attn_state *)state;
     if (r->rank != j->set->fault_rank) return FP4_OK;
-    return layer_corrupt_bf16(r, s->partial + j->lc->attn.dims.hidden / 2, err);
+    return layer_corrupt_bf16(r, s->partial, j->lc->attn.dims.hidden, err);
 }
 
 /* This rank's QKV rows and its copy of the all-reduced output. */

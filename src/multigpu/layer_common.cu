@@ -194,18 +194,24 @@ out:
     return st;
 }
 
-fp4_status layer_corrupt_bf16(nccl_rank *r, uint16_t *at, fp4_err *err)
+fp4_status layer_corrupt_bf16(nccl_rank *r, uint16_t *row, int64_t cols, fp4_err *err)
 {
     fp4_status st = FP4_OK;
-    uint16_t v = 0;
-    float f;
+    uint16_t *host = (uint16_t *)malloc((size_t)cols * sizeof *host), v;
+    float big = 0, f;
     uint32_t bits;
-    NCCL_RANK_CUDA(err, st, r, cudaMemcpy(&v, at, sizeof v, cudaMemcpyDeviceToHost), out);
-    f = -(64.0f * fabsf(layer_bf16_value(v)) + 1.0f);
+    if (!host) return fp4_fail(err, FP4_ERR_NOMEM, "rank %d: no memory for the planted fault", r->rank);
+    NCCL_RANK_CUDA(err, st, r, cudaMemcpy(host, row, (size_t)cols * sizeof *host, cudaMemcpyDeviceToHost), out);
+    /* far beyond the row's largest value: an element near zero, changed by
+     * a little, would hide under a tolerance relative to the largest */
+    for (int64_t c = 0; c < cols; c++)
+        if (fabsf(layer_bf16_value(host[c])) > big) big = fabsf(layer_bf16_value(host[c]));
+    f = -(64.0f * big + 1.0f);
     memcpy(&bits, &f, sizeof bits);
     v = (uint16_t)(bits >> 16);
-    NCCL_RANK_CUDA(err, st, r, cudaMemcpy(at, &v, sizeof v, cudaMemcpyHostToDevice), out);
+    NCCL_RANK_CUDA(err, st, r, cudaMemcpy(row + cols / 2, &v, sizeof v, cudaMemcpyHostToDevice), out);
 out:
+    free(host);
     return st;
 }
 

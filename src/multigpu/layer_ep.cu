@@ -316,7 +316,7 @@ static fp4_status ep_fault(layer_job *j, nccl_rank *r, void *state, fp4_err *err
     if (f >= p->ranks || p->token_first[f + 1] == p->token_first[f]) return FP4_OK;
     const int64_t pair = p->token_first[f] * p->top_k;
     if (fp4_ep_expert_rank(p, j->lc->routing.expert_ids[pair]) != r->rank) return FP4_OK;
-    return layer_corrupt_bf16(r, s->d + (int64_t)p->pair_recv_row[pair] * H + H / 2, err);
+    return layer_corrupt_bf16(r, s->d + (int64_t)p->pair_recv_row[pair] * H, H, err);
 }
 
 /* This rank's checked tokens into the shared j->got (each token has one owner). */

@@ -97,8 +97,9 @@ float layer_bf16_value(uint16_t h);
  * that an empty buffer is still a valid pointer). */
 fp4_status layer_upload(nccl_rank *r, void **dst, const void *src, size_t n, fp4_err *err);
 fp4_status layer_alloc(nccl_rank *r, void **dst, size_t n, fp4_err *err);
-/* Change device element at (bf16) so that it is clearly wrong: -(64|v| + 1). */
-fp4_status layer_corrupt_bf16(nccl_rank *r, uint16_t *at, fp4_err *err);
+/* Make the middle element of a device bf16 row clearly wrong: -(64 x the
+ * row's largest magnitude + 1). */
+fp4_status layer_corrupt_bf16(nccl_rank *r, uint16_t *row, int64_t cols, fp4_err *err);
 /* The rows `lc->rows` of a device bf16 matrix [*, cols] into host floats [nrows, cols]. */
 fp4_status layer_read_rows_bf16(nccl_rank *r, const uint16_t *dev, int64_t cols, const layer_case *lc,
                                 float *out, fp4_err *err);

@@ -209,7 +209,7 @@ static fp4_status tp_fault(layer_job *j, nccl_rank *r, void *state, fp4_err *err
 {
     tp_state *s = (tp_state *)state;
     if (r->rank != j->set->fault_rank) return FP4_OK;
-    return layer_corrupt_bf16(r, s->partial_bf16 + j->lc->in->spec.dims.hidden / 2, err);
+    return layer_corrupt_bf16(r, s->partial_bf16, j->lc->in->spec.dims.hidden, err);
 }
 
 /* Every rank's own copy of the all-reduced output against the reference. */

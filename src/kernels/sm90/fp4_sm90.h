@@ -93,7 +93,9 @@ fp4_status fp4_sm90_pack_b(int kernel, const fp4_matrix *b, uint8_t *codes, uint
 /* Device workspace bytes a call needs (0 if none). It must be zeroed once
  * (cudaMemset) before the first call; every call leaves it reusable, so calls
  * can be replayed in a CUDA graph. Calls sharing one workspace must be
- * serialised (same stream). */
+ * serialised (same stream) and have the same kernel and sizes: decode and mid
+ * keep arrival counters at an offset that depends on (m, n, k), where a call
+ * of another size leaves its own data (not zeros). */
 size_t fp4_sm90_workspace_size(int kernel, int64_t m, int64_t n, int64_t k);
 
 /* ---- launch -------------------------------------------------------------------- */
