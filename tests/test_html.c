@@ -3,8 +3,11 @@
  * gives the expected plots and series (one polyline per backend per latency
  * panel), escapes every string, fetches nothing, and is well nested; steps
  * are read from JSON and refused when malformed; a run with no rows is an
- * error; each plot is written alone as a standalone SVG. argv[1]: a folder
- * for scratch files. */
+ * error; each plot is written alone as a standalone SVG. A file of
+ * fp4bench run --gpus (rows of two GPUs, one slower) gets a series per
+ * backend and GPU, a GPU column, and the per-GPU spread with the slow GPU
+ * marked; a one-GPU file none of these. argv[1]: a folder for scratch
+ * files. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -139,6 +142,39 @@ static void make_run(fp4_report_run *run, const char *name)
     run->steps[r->nrows - 1].count = 4;
 }
 
+/* A run of fp4bench run --gpus on GPUs 0 and 1 at once: per M, cublas-bf16
+ * (the baseline) and fp4-sm90 on each GPU, GPU 1 slower by slow_factor;
+ * GPU 1's fp4-sm90 FAILED at the last M. */
+static void make_gpus_run(fp4_report_run *run, const char *name, double slow_factor)
+{
+    fp4_report *r = &run->report;
+    memset(run, 0, sizeof *run);
+    snprintf(run->name, sizeof run->name, "%s", name);
+    fp4_settings_default(&r->set);
+    snprintf(r->set.baseline, sizeof r->set.baseline, "cublas-bf16");
+    r->dev.present = 1;
+    snprintf(r->dev.name, sizeof r->dev.name, "NVIDIA H200");
+    r->ngpus = 2;
+    for (int g = 0; g < 2; g++) {
+        r->gpus[g].dev = r->dev;
+        r->gpus[g].x.index = g;
+        snprintf(r->gpus[g].x.pci_bus_id, sizeof r->gpus[g].x.pci_bus_id, "0000:%02x:00.0",
+                 0x19 + g);
+    }
+    for (int64_t m = 1; m <= 256; m *= 16)
+        for (int g = 0; g < 2; g++) {
+            double f = g == 1 ? slow_factor : 1.0, bl = 12.0 + (double)m / 10.0;
+            double fp4 = 7.0 + (double)m / 8.0;
+            add_row(r, "up", m, 2048, 6144, "cublas-bf16", FP4_ROW_OK, NULL, bl * f, 1.0);
+            r->rows[r->nrows - 1].gpu = g;
+            if (g == 1 && m == 256)
+                add_row(r, "up", m, 2048, 6144, "fp4-sm90", FP4_ROW_FAILED, "wrong result", 0.0,
+                        0.0);
+            else add_row(r, "up", m, 2048, 6144, "fp4-sm90", FP4_ROW_OK, NULL, fp4 * f, bl / fp4);
+            r->rows[r->nrows - 1].gpu = g;
+        }
+}
+
 /* The HTML of runs written to a scratch file and read back. */
 static char *html_of(const fp4_report_run *runs, int nruns, const char *file)
 {
@@ -227,6 +263,9 @@ static void test_one_run(void)
     CHECK(strstr(h, "(commit abc123)") != NULL);
     /* one run: series are plain backend names; the base name titles it */
     CHECK(strstr(h, "h200.json") != NULL && strstr(h, "dir/h200.json") == NULL);
+    /* one GPU: no GPU in series names, no GPU column, no per-GPU spread */
+    CHECK(strstr(h, " GPU 0") == NULL && strstr(h, "<th>backend</th><th>GPU</th>") == NULL);
+    CHECK(strstr(h, "data-gpu=") == NULL && strstr(h, "id=\"gpus\"") == NULL);
     free(h);
     fp4_report_run_free(&run);
 }
@@ -265,6 +304,82 @@ static void test_two_runs(void)
     if (h) {
         CHECK(strstr(h, "data-series=\"fp4-sm90 (old/a.json)\"") != NULL);
         CHECK(strstr(h, "data-series=\"fp4-sm90 (new/a.json)\"") != NULL);
+        free(h);
+    }
+    fp4_report_run_free(&runs[0]);
+    fp4_report_run_free(&runs[1]);
+}
+
+static void test_gpus(void)
+{
+    fp4_report_run runs[2];
+    char *h;
+    make_gpus_run(&runs[0], "node/gpus.json", 1.10);
+    h = html_of(runs, 1, "gpus.html");
+    CHECK(h != NULL);
+    if (h) {
+        check_well_formed(h);
+        /* a series per (backend, GPU): one panel, four lines; GPU 1 dashed */
+        CHECK(count(h, "<polyline ") == 4);
+        CHECK(count(h, "data-series=\"cublas-bf16 GPU 0\" points=") == 1);
+        CHECK(count(h, "data-series=\"cublas-bf16 GPU 1\" points=") == 1);
+        CHECK(count(h, "stroke=\"#D55E00\" stroke-width=\"1.8\" data-series=\"fp4-sm90 GPU 0\" "
+                       "points=") == 1);
+        CHECK(count(h, "stroke-dasharray=\"6 3\" data-series=\"fp4-sm90 GPU 1\" points=") == 1);
+        CHECK(strstr(h, ">fp4-sm90 GPU 1</text>") != NULL); /* the legend */
+        CHECK(strstr(h, "data-series=\"fp4-sm90\"") == NULL);
+        /* speedup: each GPU's ratios against the baseline on that GPU */
+        CHECK(count(h, "vs cublas-bf16 on GPU 0</title>") == 3);
+        CHECK(count(h, "vs cublas-bf16 on GPU 1</title>") == 2);
+        /* the table: a GPU column, every row with its GPU, GPU 1's timed rows slow */
+        CHECK(count(h, "<th>backend</th><th>GPU</th><th>kernel</th>") == 1);
+        CHECK(count(h, "<tr data-state=\"ok\" data-gpu=\"0\">") == 6);
+        CHECK(count(h, "<tr data-state=\"ok\" data-gpu=\"1\" data-slow=\"1\">") == 5);
+        CHECK(count(h, "data-state=\"FAILED\" data-gpu=\"1\">") == 1);
+        CHECK(count(h, "<td class=\"num slow\" title=\"slow: +4.8% over the GPUs' median "
+                       "(threshold +3.0%)\">1 S</td>") == 5);
+        /* the per-GPU spread: GPU 1 4.8% over the median of two, marked S */
+        CHECK(count(h, "<section id=\"gpus\">") == 1 && count(h, "<table class=\"spread\"") == 1);
+        CHECK(strstr(h, "<th title=\"NVIDIA H200, 0000:1a:00.0\">GPU 1</th>") != NULL);
+        /* five cases, and GPU 0's geometric mean; where GPU 1 FAILED, nothing to compare */
+        CHECK(count(h, "<td class=\"num\" data-gpu=\"0\">-4.8%</td>") == 6);
+        CHECK(count(h, "<td class=\"num\" data-gpu=\"0\">-</td>") == 1);
+        CHECK(count(h, "<td class=\"num slow\" data-gpu=\"1\" data-slow=\"1\" "
+                       "title=\"slow: over the threshold +3.0%\">+4.8% S</td>") == 5);
+        CHECK(count(h, "<td class=\"num\" data-gpu=\"1\">FAILED</td>") == 1);
+        CHECK(count(h, "<td class=\"num slow\" data-gpu=\"1\" data-slow=\"5\">") == 1);
+        CHECK(count(h, "<td class=\"num slow\" data-gpu=\"0\"") == 0);
+        CHECK(strstr(h, "td.slow{") != NULL);
+        free(h);
+    }
+    fp4_report_run_free(&runs[0]);
+
+    /* 1% slower is within the slow rule's 3%: split, but nothing marked */
+    make_gpus_run(&runs[0], "close.json", 1.01);
+    h = html_of(runs, 1, "close.html");
+    CHECK(h != NULL);
+    if (h) {
+        CHECK(count(h, "data-series=\"fp4-sm90 GPU 1\" points=") == 1);
+        CHECK(count(h, "<table class=\"spread\"") == 1);
+        CHECK(strstr(h, "data-slow=") == NULL && strstr(h, " S</td>") == NULL);
+        free(h);
+    }
+    fp4_report_run_free(&runs[0]);
+
+    /* a one-GPU file on GPU 3 beside a two-GPU file: the first keeps its
+     * plain series and style, the second's GPUs take the next styles */
+    make_run(&runs[0], "h200.json");
+    for (int i = 0; i < runs[0].report.nrows; i++) runs[0].report.rows[i].gpu = 3;
+    make_gpus_run(&runs[1], "gpus.json", 1.10);
+    h = html_of(runs, 2, "mixed.html");
+    CHECK(h != NULL);
+    if (h) {
+        check_well_formed(h);
+        CHECK(count(h, "stroke-width=\"1.8\" data-series=\"fp4-sm90 (h200.json)\" points=") == 2);
+        CHECK(count(h, "stroke-dasharray=\"6 3\" data-series=\"fp4-sm90 GPU 0 (gpus.json)\"") == 1);
+        CHECK(count(h, "stroke-dasharray=\"2 2\" data-series=\"fp4-sm90 GPU 1 (gpus.json)\"") == 1);
+        CHECK(count(h, "<th>backend</th><th>GPU</th>") == 1); /* the two-GPU file's table only */
+        CHECK(count(h, "<table class=\"spread\"") == 1);
         free(h);
     }
     fp4_report_run_free(&runs[0]);
@@ -461,6 +576,7 @@ int main(int argc, char **argv)
     test_primitives();
     test_one_run();
     test_two_runs();
+    test_gpus();
     test_errors();
     test_steps_json();
     test_read_file();

@@ -3,9 +3,11 @@
  * same plots alone as SVG files. docs/REPORT.md says what each plot shows.
  *
  * The runs are first turned into a model: series (one per backend, or per
- * backend and run when there are several runs; the colour is the backend's,
- * the marker and line dash the run's), latency panels (rows grouped by N, K),
- * speedup categories (shapes), and the per-step bars. The plots then draw
+ * backend and run when there are several runs, and per GPU too in a file of
+ * fp4bench run --gpus whose rows span several GPUs; the colour is the
+ * backend's, the marker and line dash the run's and GPU's), latency panels
+ * (rows grouped by N, K), speedup categories (shapes), the per-step bars, and
+ * the GPUs' comparison of split runs (multigpu/pergpu.h). The plots then draw
  * from the model with the primitives of report/svg.h. Every string from a
  * run goes out through fp4_svg_escape. */
 #include "fp4/report.h"
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "fp4/io.h"
+#include "multigpu/pergpu.h"
 #include "report/svg.h"
 
 /* Beyond these a plot would be too large to read; the rest is in the tables
@@ -30,7 +33,7 @@
 #define MAX_BARS 200       /* rows in the per-step plot */
 #define CATEGORY_CHARS 40  /* characters of a category label on an axis */
 
-#define SERIES_NAME_LEN (FP4_NAME_LEN + 264)
+#define SERIES_NAME_LEN (FP4_NAME_LEN + 280) /* backend, " GPU <n>", " (<run>)" */
 #define TIP_LEN 768 /* a tooltip: a label, a shape, a series and numbers */
 
 /* ======================================================================== */
@@ -290,11 +293,23 @@ static void append(char *b, size_t n, const char *fmt, ...)
 /* ======================================================================== */
 
 typedef struct series {
-    char name[SERIES_NAME_LEN]; /* "cublas-bf16" or "cublas-bf16 (old.json)" */
+    char name[SERIES_NAME_LEN]; /* "cublas-bf16", "cublas-bf16 (old.json)", "fp4-sm90 GPU 1" */
     const char *backend;        /* in its first row */
     int run;
+    int gpu;                    /* CUDA device; -1 when its run is not split by GPU */
     int colour;                 /* by backend */
+    int style;                  /* marker and dash: the run's lane (run_gpus.first_lane) */
 } series;
+
+/* The GPUs of one run. A run whose rows span several GPUs (fp4bench run
+ * --gpus) is split by GPU: its series, its table's GPU column, the per-GPU
+ * spread. A run of one GPU is drawn as before, whatever its gpu numbers. */
+typedef struct run_gpus {
+    int *gpu;                  /* distinct gpu numbers of its rows, ascending */
+    int count;
+    int first_lane;            /* the style of its first GPU; later runs go on from here */
+    fp4_gpu_analysis analysis; /* its GPUs compared (fp4_gpu_analyze), when count > 1 */
+} run_gpus;
 
 /* An ok, timed row of a latency panel. */
 typedef struct lat_point {
@@ -327,6 +342,8 @@ typedef struct report_model {
     const fp4_report_run *runs;
     int nruns;
     char (*run_label)[256]; /* the name plots and tables show for each run */
+    run_gpus *gpus;         /* per run */
+    int any_split;          /* some run is split by GPU */
     series *ser;
     int nser, cap_ser;
     int *row_series; /* [run_offset[r] + row] */
@@ -346,6 +363,11 @@ typedef struct report_model {
 
 static void model_free(report_model *model)
 {
+    for (int r = 0; model->gpus && r < model->nruns; r++) {
+        free(model->gpus[r].gpu);
+        fp4_gpu_analysis_free(&model->gpus[r].analysis);
+    }
+    free(model->gpus);
     free(model->run_label);
     free(model->ser);
     free(model->row_series);
@@ -369,13 +391,30 @@ static const fp4_row *row_of(const report_model *model, int run, int row)
     return &model->runs[run].report.rows[row];
 }
 
-/* The series of (backend, run); added when new. -1 when out of memory. */
-static int series_of(report_model *model, const char *backend, int run)
+/* Is run r split by GPU? */
+static int run_split(const report_model *model, int r)
+{
+    return model->gpus[r].count > 1;
+}
+
+/* The position of CUDA device gpu among run r's GPUs (0 when absent). */
+static int gpu_position(const report_model *model, int r, int gpu)
+{
+    for (int i = 0; i < model->gpus[r].count; i++)
+        if (model->gpus[r].gpu[i] == gpu) return i;
+    return 0;
+}
+
+/* The series of (backend, run, gpu), gpu -1 when the run is not split by
+ * GPU; added when new. -1 when out of memory. */
+static int series_of(report_model *model, const char *backend, int run, int gpu)
 {
     int colour = -1, ncolours = 0;
     for (int i = 0; i < model->nser; i++) {
         int same_backend = strcmp(model->ser[i].backend, backend) == 0;
-        if (same_backend && (model->nruns == 1 || model->ser[i].run == run)) return i;
+        if (same_backend && (model->nruns == 1 || model->ser[i].run == run) &&
+            model->ser[i].gpu == gpu)
+            return i;
         if (same_backend) colour = model->ser[i].colour;
         if (model->ser[i].colour + 1 > ncolours) ncolours = model->ser[i].colour + 1;
     }
@@ -389,10 +428,12 @@ static int series_of(report_model *model, const char *backend, int run)
     series *s = &model->ser[model->nser];
     s->backend = backend;
     s->run = run;
+    s->gpu = gpu;
     s->colour = colour >= 0 ? colour : ncolours;
-    if (model->nruns > 1)
-        snprintf(s->name, sizeof s->name, "%s (%s)", backend, model->run_label[run]);
-    else snprintf(s->name, sizeof s->name, "%s", backend);
+    s->style = model->gpus[run].first_lane + (gpu >= 0 ? gpu_position(model, run, gpu) : 0);
+    snprintf(s->name, sizeof s->name, "%s", backend);
+    if (gpu >= 0) append(s->name, sizeof s->name, " GPU %d", gpu);
+    if (model->nruns > 1) append(s->name, sizeof s->name, " (%s)", model->run_label[run]);
     return model->nser++;
 }
 
@@ -607,6 +648,41 @@ static int roof_point(const fp4_row *w)
            w->tflops > 0.0;
 }
 
+static int cmp_int(const void *pa, const void *pb)
+{
+    const int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Each run's GPUs (the distinct gpu numbers of its rows), the lanes of
+ * marker and dash they take (a run of one GPU takes one, so that such runs
+ * keep the run's style), and the comparison of the GPUs of split runs. */
+static fp4_status find_gpus(report_model *model, fp4_err *err)
+{
+    int lane = 0;
+    model->gpus = calloc((size_t)model->nruns, sizeof *model->gpus);
+    if (!model->gpus) return fp4_fail(err, FP4_ERR_NOMEM, "out of memory building the report");
+    for (int r = 0; r < model->nruns; r++) {
+        const fp4_report *rep = &model->runs[r].report;
+        run_gpus *g = &model->gpus[r];
+        int *all = malloc((size_t)rep->nrows * sizeof *all);
+        if (!all) return fp4_fail(err, FP4_ERR_NOMEM, "out of memory building the report");
+        for (int i = 0; i < rep->nrows; i++) all[i] = rep->rows[i].gpu;
+        qsort(all, (size_t)rep->nrows, sizeof *all, cmp_int);
+        for (int i = 0; i < rep->nrows; i++)
+            if (i == 0 || all[i] != all[i - 1]) all[g->count++] = all[i];
+        g->gpu = all;
+        g->first_lane = lane;
+        lane += g->count;
+        if (g->count > 1) {
+            fp4_status st = fp4_gpu_analyze(rep, &g->analysis, err);
+            if (st != FP4_OK) return st;
+            model->any_split = 1;
+        }
+    }
+    return FP4_OK;
+}
+
 static fp4_status model_build(report_model *model, const fp4_report_run *runs, int nruns,
                               fp4_err *err)
 {
@@ -624,6 +700,11 @@ static fp4_status model_build(report_model *model, const fp4_report_run *runs, i
     model->run_offset = calloc((size_t)nruns, sizeof *model->run_offset);
     if (!model->run_label || !model->run_offset) goto nomem;
     label_runs(model);
+    st = find_gpus(model, err);
+    if (st != FP4_OK) {
+        model_free(model);
+        return st;
+    }
     for (int r = 0; r < nruns; r++) {
         model->run_offset[r] = model->total_rows;
         model->total_rows += runs[r].report.nrows;
@@ -633,7 +714,7 @@ static fp4_status model_build(report_model *model, const fp4_report_run *runs, i
     for (int r = 0; r < nruns; r++)
         for (int i = 0; i < runs[r].report.nrows; i++) {
             const fp4_row *w = row_of(model, r, i);
-            int s = series_of(model, w->backend, r);
+            int s = series_of(model, w->backend, r, run_split(model, r) ? w->gpu : -1);
             if (s < 0) goto nomem;
             model->row_series[model->run_offset[r] + i] = s;
             if (roof_point(w)) model->any_roof_point = 1;
@@ -707,7 +788,8 @@ static double legend_width(const char *const *texts, int n)
 static void series_legend(FILE *f, const report_model *model, int s, double x, double y, int line)
 {
     const series *se = &model->ser[s];
-    fp4_svg_legend_entry(f, x, y, fp4_svg_colour(se->colour), line, se->run, se->run, se->name);
+    fp4_svg_legend_entry(f, x, y, fp4_svg_colour(se->colour), line, se->style, se->style,
+                         se->name);
 }
 
 /* "moe-up 16x2048x6144", cut to CATEGORY_CHARS characters (at a character
@@ -799,14 +881,14 @@ static fp4_status plot_latency(FILE *f, const report_model *model, int pi, int s
             px[n] = fp4_svg_map(&xs, (double)pts[j].m);
             py[n] = fp4_svg_map(&ys, row_of(model, pts[j].run, pts[j].row)->t.median);
         }
-        fp4_svg_polyline(f, px, py, n, fp4_svg_colour(se->colour), se->run, se->name);
+        fp4_svg_polyline(f, px, py, n, fp4_svg_colour(se->colour), se->style, se->name);
         for (int q = 0; q < n; q++) {
             const fp4_row *w = row_of(model, pts[i + q].run, pts[i + q].row);
             fmt_us(v1, sizeof v1, w->t.median);
             snprintf(tip, sizeof tip, "%s: %s %lldx%lldx%lld%s%s: %s us", se->name, w->label,
                      (long long)w->shape.m, (long long)w->shape.n, (long long)w->shape.k,
                      w->variant[0] ? ", kernel " : "", w->variant, v1);
-            fp4_svg_marker(f, px[q], py[q], se->run, fp4_svg_colour(se->colour), se->name, tip);
+            fp4_svg_marker(f, px[q], py[q], se->style, fp4_svg_colour(se->colour), se->name, tip);
         }
         i = j;
     }
@@ -934,7 +1016,9 @@ static fp4_status plot_speedup(FILE *f, const report_model *model, int standalon
         snprintf(tip, sizeof tip, "%s: %s %lldx%lldx%lld: %s vs %s", se->name, w->label,
                  (long long)w->shape.m, (long long)w->shape.n, (long long)w->shape.k, v1,
                  model->runs[p->run].report.set.baseline);
-        fp4_svg_marker(f, x, y, se->run, fp4_svg_colour(se->colour), se->name, tip);
+        /* each GPU's engine pairs its rounds with its own baseline rows */
+        if (se->gpu >= 0) append(tip, sizeof tip, " on GPU %d", se->gpu);
+        fp4_svg_marker(f, x, y, se->style, fp4_svg_colour(se->colour), se->name, tip);
     }
     for (int i = 0; i < nslots; i++)
         series_legend(f, model, legend_series[i], fr.right + 16.0, fr.top + 12.0 + 18.0 * i, 0);
@@ -1111,7 +1195,7 @@ static fp4_status plot_roofline(FILE *f, const report_model *model, int standalo
                      se->name, w->label, (long long)w->shape.m, (long long)w->shape.n,
                      (long long)w->shape.k, v1, v2, v3);
             fp4_svg_marker(f, fp4_svg_map(&xs, w->flops / w->bytes), fp4_svg_map(&ys, w->tflops),
-                           se->run, fp4_svg_colour(se->colour), se->name, tip);
+                           se->style, fp4_svg_colour(se->colour), se->name, tip);
         }
     nleg = 0;
     for (int s = 0; s < model->nser; s++)
@@ -1254,6 +1338,11 @@ static const char page_style[] =
     "tr.failed td{background:#fde4e1}tr.failed td.state{color:#a40000;font-weight:bold}\n"
     "tr.unsupported td{background:#f1f1f1;color:#555}\n"
     "td.reason{white-space:pre-wrap}\n";
+
+/* Only on pages with a run split by GPU, so that other pages stay as they were. */
+static const char split_style[] =
+    "td.slow{background:#fde4e1;color:#a40000;font-weight:bold}\n"
+    "table.spread tr.summary>*{border-top:2px solid #999}\n";
 
 static void put_text(FILE *f, const char *s)
 {
@@ -1516,27 +1605,59 @@ static void put_number_cell(FILE *f, const char *s)
     fputs("</td>", f);
 }
 
+/* The excess of a row over its GPUs' median, "+10.0%" (C locale). */
+static void fmt_excess(char *b, size_t n, double excess)
+{
+    if (!isfinite(excess)) snprintf(b, n, "-");
+    else snprintf(b, n, "%+.1f%%", 100.0 * excess);
+    point_not_comma(b);
+}
+
+/* The GPU cell of row i of a split run: its number, and "S" with the
+ * numbers when the GPU comparison calls it slow. */
+static void put_gpu_cell(FILE *f, const report_model *model, int run, int i)
+{
+    const fp4_gpu_mark *m = &model->gpus[run].analysis.marks[i];
+    char b[32], t[32];
+    if (!m->slow) {
+        fprintf(f, "<td class=\"num\">%d</td>", row_of(model, run, i)->gpu);
+        return;
+    }
+    fmt_excess(b, sizeof b, m->excess);
+    fmt_excess(t, sizeof t, m->threshold);
+    fprintf(f, "<td class=\"num slow\" title=\"slow: %s over the GPUs' median (threshold %s)\">"
+               "%d S</td>", b, t, row_of(model, run, i)->gpu);
+}
+
 static void write_table(FILE *f, const report_model *model, int run)
 {
     const fp4_report *rep = &model->runs[run].report;
     const char *bl = rep->set.baseline;
+    const int split = run_split(model, run);
     char b[FP4_ERR_MSG_LEN + 64];
     fputs("<h3>", f);
     put_text(f, model->run_label[run]);
     fputs("</h3>\n<table class=\"results\" data-run=\"", f);
     put_text(f, model->run_label[run]);
-    fputs("\">\n<tr><th>label</th><th>M</th><th>N</th><th>K</th><th>backend</th><th>kernel</th>"
-          "<th>state</th><th>median us</th><th>noise</th><th>TFLOP/s</th><th>GB/s</th>"
-          "<th>% roofline</th><th>vs ", f);
+    fputs("\">\n<tr><th>label</th><th>M</th><th>N</th><th>K</th><th>backend</th>", f);
+    if (split) fputs("<th>GPU</th>", f);
+    fputs("<th>kernel</th><th>state</th><th>median us</th><th>noise</th><th>TFLOP/s</th>"
+          "<th>GB/s</th><th>% roofline</th><th>vs ", f);
     put_text(f, bl[0] ? bl : "baseline");
     fputs(" [95% CI]</th><th>verified</th></tr>\n", f);
     for (int i = 0; i < rep->nrows; i++) {
         const fp4_row *w = &rep->rows[i];
         const char *state = fp4_row_state_name(w->state);
-        if (w->state == FP4_ROW_FAILED) fputs("<tr class=\"failed\" data-state=\"FAILED\">", f);
+        fputs("<tr", f);
+        if (w->state == FP4_ROW_FAILED) fputs(" class=\"failed\" data-state=\"FAILED\"", f);
         else if (w->state == FP4_ROW_UNSUPPORTED)
-            fputs("<tr class=\"unsupported\" data-state=\"unsupported\">", f);
-        else fputs("<tr data-state=\"ok\">", f);
+            fputs(" class=\"unsupported\" data-state=\"unsupported\"", f);
+        else fputs(" data-state=\"ok\"", f);
+        if (split) {
+            fprintf(f, " data-gpu=\"%d\"", w->gpu);
+            if (model->gpus[run].analysis.marks[i].slow) fputs(" data-slow=\"1\"", f);
+        }
+        fputs(">", f);
         fputs("<td>", f);
         put_text(f, w->label);
         fputs("</td>", f);
@@ -1548,7 +1669,9 @@ static void write_table(FILE *f, const report_model *model, int run)
         put_number_cell(f, b);
         fputs("<td>", f);
         put_text(f, w->backend);
-        fputs("</td><td>", f);
+        fputs("</td>", f);
+        if (split) put_gpu_cell(f, model, run, i);
+        fputs("<td>", f);
         put_text(f, w->variant);
         fputs("</td><td class=\"state\">", f);
         put_text(f, state);
@@ -1589,6 +1712,139 @@ static void write_table(FILE *f, const report_model *model, int run)
     fputs("</table>\n", f);
 }
 
+/* ---- per-GPU spread ------------------------------------------------------------------ */
+
+/* A GPU's column heading, its device as a tooltip where the file lists it. */
+static void put_gpu_heading(FILE *f, const fp4_report *rep, int gpu)
+{
+    const fp4_gpu_run *found = NULL;
+    for (int i = 0; i < rep->ngpus && i < FP4_MAX_GPUS && !found; i++)
+        if (rep->gpus[i].x.index == gpu) found = &rep->gpus[i];
+    fputs("<th", f);
+    if (found && found->dev.name[0]) {
+        fputs(" title=\"", f);
+        put_text(f, found->dev.name);
+        if (found->x.pci_bus_id[0]) {
+            fputs(", ", f);
+            put_text(f, found->x.pci_bus_id);
+        }
+        fputs("\"", f);
+    }
+    fprintf(f, ">GPU %d</th>", gpu);
+}
+
+/* One GPU's cell of a case: its excess over the GPUs' median, S when slow;
+ * the state when not timed; "-" when the GPU has no row or nothing to compare. */
+static void put_spread_cell(FILE *f, const report_model *model, int run, int gpu, int row)
+{
+    const fp4_gpu_mark *m;
+    char b[32], t[32];
+    if (row < 0 || !timed_ok(row_of(model, run, row))) {
+        fprintf(f, "<td class=\"num\" data-gpu=\"%d\">", gpu);
+        put_text(f, row < 0 || row_of(model, run, row)->state == FP4_ROW_OK
+                        ? "-"
+                        : fp4_row_state_name(row_of(model, run, row)->state));
+        fputs("</td>", f);
+        return;
+    }
+    m = &model->gpus[run].analysis.marks[row];
+    fmt_excess(b, sizeof b, m->excess);
+    if (!m->slow) {
+        fprintf(f, "<td class=\"num\" data-gpu=\"%d\">%s</td>", gpu, b);
+        return;
+    }
+    fmt_excess(t, sizeof t, m->threshold);
+    fprintf(f, "<td class=\"num slow\" data-gpu=\"%d\" data-slow=\"1\" title=\"slow: over "
+               "the threshold %s\">%s S</td>", gpu, t, b);
+}
+
+/* The spread table of split run `run`: a line per case and backend (the
+ * analysis' groups), a column per GPU, then each GPU's geometric mean. */
+static fp4_status write_spread_table(FILE *f, const report_model *model, int run, fp4_err *err)
+{
+    const run_gpus *g = &model->gpus[run];
+    const fp4_gpu_analysis *a = &g->analysis;
+    const fp4_report *rep = &model->runs[run].report;
+    char b[64];
+    /* cell[group * count + GPU position]: the row there, -1 for none */
+    int *cell = malloc((size_t)(a->ngroups ? a->ngroups : 1) * (size_t)g->count * sizeof *cell);
+    if (!cell) return fp4_fail(err, FP4_ERR_NOMEM, "out of memory writing the report");
+    for (long i = 0; i < (long)a->ngroups * g->count; i++) cell[i] = -1;
+    for (int i = 0; i < rep->nrows && i < a->nrows; i++)
+        cell[(long)a->marks[i].group * g->count + gpu_position(model, run, rep->rows[i].gpu)] = i;
+
+    fputs("<h3>", f);
+    put_text(f, model->run_label[run]);
+    fputs("</h3>\n<table class=\"spread\" data-run=\"", f);
+    put_text(f, model->run_label[run]);
+    fputs("\">\n<tr><th>label</th><th>M</th><th>N</th><th>K</th><th>backend</th>"
+          "<th>GPUs' median us</th><th>spread</th>", f);
+    for (int k = 0; k < g->count; k++) put_gpu_heading(f, rep, g->gpu[k]);
+    fputs("</tr>\n", f);
+    for (int gi = 0; gi < a->ngroups; gi++) {
+        const fp4_gpu_group *gr = &a->groups[gi];
+        const fp4_row *w = &rep->rows[gr->first_row];
+        fputs("<tr><td>", f);
+        put_text(f, w->label);
+        fputs("</td>", f);
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
+        put_number_cell(f, b);
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
+        put_number_cell(f, b);
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
+        put_number_cell(f, b);
+        fputs("<td>", f);
+        put_text(f, w->backend);
+        fputs("</td>", f);
+        fmt_us(b, sizeof b, gr->median_us);
+        put_number_cell(f, b);
+        if (isfinite(gr->spread)) snprintf(b, sizeof b, "%.1f%%", 100.0 * gr->spread);
+        else snprintf(b, sizeof b, "-");
+        point_not_comma(b);
+        put_number_cell(f, b);
+        for (int k = 0; k < g->count; k++)
+            put_spread_cell(f, model, run, g->gpu[k], cell[(long)gi * g->count + k]);
+        fputs("</tr>\n", f);
+    }
+    fputs("<tr class=\"summary\"><th colspan=\"7\">each GPU over the cases: geometric mean "
+          "(slow rows)</th>", f);
+    for (int k = 0; k < g->count; k++) {
+        const fp4_gpu_summary *s = fp4_gpu_analysis_find(a, g->gpu[k]);
+        fmt_excess(b, sizeof b, s ? s->ratio_geomean - 1.0 : NAN);
+        if (s && s->slow_rows > 0) {
+            append(b, sizeof b, " (%d S)", s->slow_rows);
+            fprintf(f, "<td class=\"num slow\" data-gpu=\"%d\" data-slow=\"%d\">", g->gpu[k],
+                    s->slow_rows);
+        } else {
+            fprintf(f, "<td class=\"num\" data-gpu=\"%d\">", g->gpu[k]);
+        }
+        put_text(f, b);
+        fputs("</td>", f);
+    }
+    fputs("</tr>\n</table>\n", f);
+    free(cell);
+    return FP4_OK;
+}
+
+/* The section of the per-GPU spread: one table per run split by GPU. */
+static fp4_status write_spread(FILE *f, const report_model *model, fp4_err *err)
+{
+    fp4_status st = FP4_OK;
+    fprintf(f, "<section id=\"gpus\">\n<h2>Per-GPU spread</h2>\n<p class=\"how\">For each case "
+               "and backend of a file measured on several GPUs at once (fp4bench run --gpus): "
+               "each GPU's median time relative to the median of the GPUs' medians (+10.0%%: "
+               "10%% slower than it), and the spread (max - min) / median. S marks a GPU that "
+               "the slow rule of fp4bench run --gpus calls slow (the flag S of its table): over "
+               "the GPUs' median by more than max(%g%%, its noise + the GPUs' median noise), "
+               "more than the measurement can tell apart. The last line: each GPU's geometric "
+               "mean over the cases it shares with another GPU, and its slow rows.</p>\n",
+            100.0 * FP4_SLOW_MIN);
+    for (int r = 0; r < model->nruns && st == FP4_OK; r++)
+        if (run_split(model, r)) st = write_spread_table(f, model, r, err);
+    fputs("</section>\n", f);
+    return st;
+}
+
 /* ---- sections ------------------------------------------------------------------------ */
 
 static fp4_status write_section(FILE *f, const report_model *model, const char *id,
@@ -1615,11 +1871,22 @@ static fp4_status write_section(FILE *f, const report_model *model, const char *
     return st;
 }
 
+/* What tells the series apart, for the plots' explanations. */
+static const char *series_how(const report_model *model)
+{
+    if (model->any_split && model->nruns > 1)
+        return " and file, and per GPU in a file measured on several (colour: backend; marker "
+               "and dash: file and GPU)";
+    if (model->any_split) return " and GPU (colour: backend; marker and dash: GPU)";
+    if (model->nruns > 1) return " and file (colour: backend; marker and dash: file)";
+    return "";
+}
+
 static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
 {
     fp4_status st;
     plot_ref *lat = NULL, one;
-    char how[512], bl[128];
+    char how[768], bl[128];
     lat = malloc((size_t)(model->npanels ? model->npanels : 1) * sizeof *lat);
     if (!lat) return fp4_fail(err, FP4_ERR_NOMEM, "out of memory writing the report");
     for (int i = 0; i < model->npanels; i++) {
@@ -1635,6 +1902,7 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
     }
     fputs("</title>\n<style>\n", f);
     fputs(page_style, f);
+    if (model->any_split) fputs(split_style, f);
     fputs("</style>\n</head>\n<body>\n<h1>fp4bench report: ", f);
     for (int r = 0; r < model->nruns; r++) {
         if (r) fputs(", ", f);
@@ -1647,7 +1915,7 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
     snprintf(how, sizeof how,
              "Median time per GEMM call against M, one panel per (N, K), both axes log; one "
              "line per backend%s. Hover a point for its row.%s",
-             model->nruns > 1 ? " and file (colour: backend; marker and dash: file)" : "",
+             series_how(model),
              model->panels_dropped ? " Only the first panels are drawn; the tables have every row."
                                    : "");
     st = write_section(f, model, "latency", "Latency vs M", how, lat, model->npanels,
@@ -1658,8 +1926,11 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
     snprintf(how, sizeof how,
              "For each shape, %s's median time divided by the backend's (right of 1: the backend "
              "is faster), on a log axis, with the whisker spanning the 95%% confidence interval "
-             "of the paired rounds. The baseline's own rows are 1 by definition and not drawn.",
-             bl);
+             "of the paired rounds. The baseline's own rows are 1 by definition and not drawn.%s",
+             bl,
+             model->any_split ? " With several GPUs, each GPU's rows are paired with the "
+                                "baseline's rows on the same GPU."
+                              : "");
     one.kind = PLOT_SPEEDUP;
     one.index = 0;
     st = write_section(f, model, "speedup", "Speedup vs the baseline", how, &one,
@@ -1690,11 +1961,20 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
         if (st != FP4_OK) goto out;
     }
 
+    if (model->any_split) {
+        st = write_spread(f, model, err);
+        if (st != FP4_OK) goto out;
+    }
+
     fputs("<section id=\"tables\">\n<h2>Results</h2>\n<p class=\"how\">Every row of every file. "
           "unsupported and FAILED rows carry their reason. noise: half-width of the 95% CI of the "
           "median, relative to it; % roofline: the roofline floor over the median; the ratio: the "
           "baseline's median over this one (above 1: faster) with its 95% CI; verified: "
-          "||D-R||/||R|| against the exact reference.</p>\n", f);
+          "||D-R||/||R|| against the exact reference.", f);
+    if (model->any_split)
+        fputs(" GPU: the device the row ran on, S when the slow rule calls it slow (see the "
+              "per-GPU spread).", f);
+    fputs("</p>\n", f);
     for (int r = 0; r < model->nruns; r++) write_table(f, model, r);
     fputs("</section>\n</body>\n</html>\n", f);
 out:

@@ -4,7 +4,7 @@
 #   - the DOM as the browser parsed it (--dump-dom): every plot of the file
 #     is an <svg> element there, and so is every series line (<polyline
 #     data-series=...>), EXPECTED_LINES of them when given; every results
-#     table is there.
+#     table and per-GPU spread table is there.
 # The browser gets no network (a proxy that does not exist): the page must
 # not need one.
 #
@@ -85,6 +85,10 @@ tables_file=$(occurrences '<table class="results"' "$html")
 tables_dom=$(occurrences '<table class="results"' "$out/dom.html")
 [ "$tables_dom" -eq "$tables_file" ] && [ "$tables_dom" -gt 0 ] ||
     fail "$tables_dom results tables in the DOM, $tables_file in the file"
+# the per-GPU spread of files measured on several GPUs (none elsewhere)
+spread_file=$(occurrences '<table class="spread"' "$html")
+spread_dom=$(occurrences '<table class="spread"' "$out/dom.html")
+[ "$spread_dom" -eq "$spread_file" ] || fail "$spread_dom spread tables in the DOM, $spread_file in the file"
 # a page the parser had to repair would have moved the tables' rows around
 rows_file=$(occurrences '<tr[ >]' "$html")
 rows_dom=$(occurrences '<tr[ >]' "$out/dom.html")
