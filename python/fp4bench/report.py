@@ -81,6 +81,7 @@ class Row:
     batch: int = 0
     rotation_bytes: float = 0.0
     verified_copies: int = 0     # copies verified after timing
+    gpu: int = 0                 # the CUDA device the row ran on (fp4bench run --gpus)
     own_err: float = math.nan    # lossy backends only; NaN: not applicable
     interrupted: bool = False    # timing cut short by Ctrl-C
     time_us: Stats = field(default_factory=Stats)
@@ -117,6 +118,7 @@ class Row:
             "copies": int(self.copies), "batch": int(self.batch),
             "rotation_bytes": _num(self.rotation_bytes),
             "verified_copies": int(self.verified_copies),
+            "gpu": int(self.gpu),
             "own_err": _num(self.own_err),
             "interrupted": bool(self.interrupted),
             "time_us": {k: _num(v) for k, v in self.time_us.to_json().items()},
@@ -357,7 +359,8 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
             err_norm=_f(o, "err_norm", w), l2=o["l2"], timing=o.get("timing", ""),
             copies=int(o.get("copies", 0)), batch=int(o.get("batch", 0)),
             rotation_bytes=_f(o, "rotation_bytes", w),
-            verified_copies=int(o.get("verified_copies", 0)), own_err=_f(o, "own_err", w),
+            verified_copies=int(o.get("verified_copies", 0)), gpu=int(o.get("gpu", 0)),
+            own_err=_f(o, "own_err", w),
             interrupted=bool(o.get("interrupted", False)),
             time_us=_stats(o["time_us"], f"{w}.time_us"),
             launch_us=None if o.get("launch_us") is None else
