@@ -38,6 +38,10 @@ Several modes run one after the other on one build. Modes:
            W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
   multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
            (JSON in OUT)
+  moe-wide build; the grouped kernel's test with every case on the wide path
+           and its timing (FP4_SM90_MOE_PATH=wide), Nsight Compute on the wide
+           kernel, then fp4bench moe beside the baselines: GLM-5 gate_up/down
+           at T = 1 .. 8192, the layer, skewed routing (JSON in OUT)
   final    build; the MoE and multi-GPU GPU tests (FINAL_TESTS), the baseline,
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
@@ -79,7 +83,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -501,6 +505,31 @@ mode_final() {
     --backend moe-cublas-bf16,moe-cublaslt-fp8,moe-fp4-sm90
 }
 
+mode_moe_wide() {
+  local rc NCU
+  say "== gpu_moe_kernel with FP4_SM90_MOE_PATH=wide: every case on the wide path, then timed"
+  FP4_SM90_MOE_PATH=wide FP4_MOE_TIME=1 timeout 300 ./build-dev/tests/gpu_moe_kernel >"$tmp/mk.txt" 2>&1
+  rc=$?
+  cat "$tmp/mk.txt" >>"$log"
+  grep -E "CHECK failed|TIME|checks" "$tmp/mk.txt" | head -40
+  [ $rc -eq 0 ] || fail "gpu_moe_kernel, wide path (exit $rc)"
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    say "== Nsight Compute: the wide kernel, H 6144, I 2048, E 64, top-8, T = 512 (64 pairs an expert)"
+    timeout -k 10 200 "$NCU" --clock-control none --set detailed --kernel-name "regex:moe_wide_kernel" \
+      --launch-count 1 --export "$OUT/moe-wide" --force-overwrite $B moe --dims 6144,2048,64,8 \
+      --tokens 512 --step gate_up --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/ncu.txt" 2>&1
+    cat "$tmp/ncu.txt" >>"$log"
+    "$NCU" --import "$OUT/moe-wide.ncu-rep" --page details >"$OUT/moe-wide-profile.txt" 2>&1
+    grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Warp Cycles|L2 Hit|Eligible|Issued" "$OUT/moe-wide-profile.txt" | head -40
+  fi
+  moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
+  FP4_SM90_MOE_PATH=stream moe_run glm5-stream-1024 --model glm5 --tokens 1024 --step gate_up --backend moe-fp4-sm90
+  moe_run glm5-layer --model glm5 --tokens 16,512,2048 --step layer --mode w4a4
+  moe_run glm5-skewed --model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up \
+    --backend moe-cublas-bf16,moe-fp4-sm90
+}
+
 mode_moe_alt() {
   if [ -z "${MOE_ALT:-}" ] || [ ! -f "$MOE_ALT" ]; then fail "moe-alt: MOE_ALT must name a moe.cu (got '${MOE_ALT:-}')"; return; fi
   cp "$MOE_ALT" src/kernels/sm90/moe.cu
@@ -571,6 +600,7 @@ if [ $built = 1 ]; then
       engine) mode_engine ;;
       moe) mode_moe ;;
       moe-alt) mode_moe_alt ;;
+      moe-wide) mode_moe_wide ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
       all) mode_check; mode_bench ;;

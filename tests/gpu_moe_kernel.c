@@ -283,7 +283,8 @@ static void check_case(const moe_case *c, uint64_t seed)
         CUDA_OK(cudaMemcpy(g.route_w, h.routing.weights, (size_t)pairs * sizeof(float),
                            cudaMemcpyHostToDevice));
     }
-    g.ws_bytes = fp4_sm90_moe_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k);
+    g.ws_bytes = fp4_sm90_moe_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k,
+                                              c->a_per_pair);
     if (g.ws_bytes) {
         CUDA_OK(cudaMalloc(&g.ws, g.ws_bytes));
         CUDA_OK(cudaMemset(g.ws, 0, g.ws_bytes));
@@ -349,8 +350,9 @@ static void check_case(const moe_case *c, uint64_t seed)
             compare("combine", c->name, comb_got, comb_ref, nc, 1e-5, 1e-5);
         }
     }
-    /* the workspace came back zeroed */
-    if (g.ws_bytes) {
+    /* the streaming path's split-K workspace came back zeroed (the wide path
+     * keeps its copy of the activations there) */
+    if (g.ws_bytes && !fp4_sm90_moe_path_wide(c->experts, c->top_k, c->tokens)) {
         uint8_t *w = malloc(g.ws_bytes);
         CHECK(w != NULL);
         if (w) {
@@ -400,8 +402,32 @@ static void test_cases(void)
         {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 0, 0, 1, 0},
         {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_BALANCED, 1, 0, 1, 0},
         {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
+        /* 32 or more pairs an expert: the wide path by default */
+        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
+        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
+        {"wide: one expert, 300 tokens", 8, 1, 300, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1},
+        {"wide: skewed", 16, 4, 400, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 1, 1, 0},
     };
+    /* each case on the path its size picks, then every case on the wide path */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 101 + i);
+    if (!getenv("FP4_SM90_MOE_PATH"))
+        CHECK(fp4_sm90_moe_path_wide(8, 2, 300) == 1 && fp4_sm90_moe_path_wide(256, 8, 512) == 0);
+    const char *env_path = getenv("FP4_SM90_MOE_PATH");
+    char saved[16] = "";
+    if (env_path) snprintf(saved, sizeof saved, "%s", env_path);
+    setenv("FP4_SM90_MOE_PATH", "wide", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        moe_case c = cases[i];
+        char name[96];
+        snprintf(name, sizeof name, "%s [wide forced]", cases[i].name);
+        c.name = name;
+        CHECK(fp4_sm90_moe_path_wide(c.experts, c.top_k, c.tokens) == 1);
+        check_case(&c, 101 + i);
+    }
+    setenv("FP4_SM90_MOE_PATH", "stream", 1);
+    CHECK(fp4_sm90_moe_path_wide(8, 2, 300) == 0);
+    if (env_path) setenv("FP4_SM90_MOE_PATH", saved, 1); /* the timing below honours it */
+    else unsetenv("FP4_SM90_MOE_PATH");
 }
 
 /* Bad arguments are refused, never launched. */
@@ -526,7 +552,8 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
         CUDA_OK(cudaMemcpy(rw, r[0].weights, (size_t)pairs * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_OK(cudaMalloc((void **)&dc, (size_t)tc->tokens * (size_t)tc->n * sizeof(float)));
     }
-    const size_t wsb = fp4_sm90_moe_workspace_size(TIME_E, TIME_TOPK, tc->tokens, tc->n, tc->k);
+    const size_t wsb = fp4_sm90_moe_workspace_size(TIME_E, TIME_TOPK, tc->tokens, tc->n, tc->k,
+                                                   tc->a_per_pair);
     if (wsb) {
         CUDA_OK(cudaMalloc(&ws, wsb));
         CUDA_OK(cudaMemset(ws, 0, wsb));

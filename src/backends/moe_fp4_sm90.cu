@@ -206,9 +206,9 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
     if ((st = fp4_moe_dev_route_upload(p, &pl->route, err)) != FP4_OK) goto fail;
     {
         size_t ws = 0;
-        if (need_gu) ws = fp4_sm90_moe_workspace_size(E, k, T, 2 * I, H);
+        if (need_gu) ws = fp4_sm90_moe_workspace_size(E, k, T, 2 * I, H, 0);
         if (need_dn) {
-            const size_t w2 = fp4_sm90_moe_workspace_size(E, k, T, H, I);
+            const size_t w2 = fp4_sm90_moe_workspace_size(E, k, T, H, I, 1);
             if (w2 > ws) ws = w2;
         }
         pl->ws_bytes = ws;

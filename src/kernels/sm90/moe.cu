@@ -50,6 +50,8 @@
 #include "core/cuda_check.h"
 #include "fp4/format.h"
 #include "kernels/sm90/moe.h"
+#include "kernels/sm90/moe_device.cuh"
+#include "kernels/sm90/moe_wide.h"
 #include "kernels/sm90/nibbles.h"
 
 #define MOE_WARPS 8
@@ -67,11 +69,8 @@
 /* Split K needs an fp32 row per grouped row: only allowed while that stays small
  * (it is needed only at small T*k, where units are few). */
 #define MOE_SPLIT_WS_CAP ((size_t)16 << 20)
-
-/* bf16 constants: 2^127, 2^111 (scale pattern e4m3 x 2^-120 -> e4m3 x 2^118), 2^120 */
-#define BF16X2_2P127 0x7F007F00u
-#define BF16X2_2P111 0x77007700u
-#define BF16X2_2P120 0x7B807B80u
+/* pairs an expert, on average, from which the wide path runs */
+#define MOE_WIDE_MIN_PAIRS 32
 
 /* ---- parameters and shared memory ---------------------------------------------------- */
 
@@ -90,14 +89,6 @@ typedef struct moe_params {
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
 } moe_params;
-
-/* Walk state of warp 0: the first expert not yet passed, and the first unit and
- * chunk index of that expert. */
-typedef struct moe_walk {
-    int e;
-    long long ubase;
-    int cbase;
-} moe_walk;
 
 /* Dynamic shared memory (73 KB). */
 typedef struct moe_stage {
@@ -123,33 +114,6 @@ typedef struct moe_smem {
 
 /* ---- device helpers ----------------------------------------------------------------- */
 
-static __device__ __forceinline__ uint32_t bf2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-/* a * (s.lo, s.lo) and a * (s.hi, s.hi): written with b16 moves so that ptxas
- * folds the broadcast into HMUL2's operand selector (.H0_H0 / .H1_H1) */
-static __device__ __forceinline__ uint32_t bf2_mul_lo(uint32_t a, uint32_t s)
-{
-    uint32_t d;
-    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 b;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 b, {l, l};\n\t"
-        "mul.rn.bf16x2 %0, %1, b;\n\t}"
-        : "=r"(d) : "r"(a), "r"(s));
-    return d;
-}
-
-static __device__ __forceinline__ uint32_t bf2_mul_hi(uint32_t a, uint32_t s)
-{
-    uint32_t d;
-    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 b;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 b, {h, h};\n\t"
-        "mul.rn.bf16x2 %0, %1, b;\n\t}"
-        : "=r"(d) : "r"(a), "r"(s));
-    return d;
-}
-
 static __device__ __forceinline__ void mma_bf16_16816(float *c, uint32_t a0, uint32_t a1,
                                                       uint32_t a2, uint32_t a3, uint32_t b0,
                                                       uint32_t b1)
@@ -160,23 +124,6 @@ static __device__ __forceinline__ void mma_bf16_16816(float *c, uint32_t a0, uin
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* streaming loads: read once, kept out of L1 */
-static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
 }
 
 /* 16 bytes global -> shared, asynchronous; src_bytes 0 writes zeros */
@@ -221,29 +168,7 @@ static __device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t c)
     return bits | ((c & 8u) << 12);
 }
 
-/* Two scale bytes (k-step pair word w: byte 0 row g / even, 1 row g / odd, 2 row
- * g+8 / even, 3 row g+8 / odd) -> bf16x2 (row g, row g+8) of scale x 2^118 for
- * the even and the odd k-step. (b & 0x7F) << 4 as a bf16 is e4m3 x 2^-120,
- * subnormal scales included; two exact multiplies lift it into range. */
-static __device__ __forceinline__ void scale_pair(uint32_t w, uint32_t *even, uint32_t *odd)
-{
-    *even = bf2_mul(bf2_mul((w << 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
-    *odd = bf2_mul(bf2_mul((w >> 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
-}
-
 /* ---- work units ----------------------------------------------------------------------- */
-
-/* Warp 0: sum over experts of ceil(tokens / MOE_TOK) (the chunks). */
-static __device__ int moe_total_chunks(const moe_params &p, int lane)
-{
-    int sum = 0;
-    for (int e0 = 0; e0 < p.E; e0 += 32) {
-        const int e = e0 + lane;
-        if (e < p.E) sum += (p.off[e + 1] - p.off[e] + MOE_TOK - 1) / MOE_TOK;
-    }
-    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    return sum;
-}
 
 /* K splits for the grid: the count minimising waves x (k-steps per split + a
  * unit's start-up), among splits of whole stages. */
@@ -265,46 +190,6 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
     }
     *S_out = best_s;
     *kper_out = best_kper;
-}
-
-/* Warp 0: unit u (>= every unit found before) -> expert, chunk, row block,
- * split, global chunk index; all lanes get the same values. */
-static __device__ void moe_find_unit(const moe_params &p, int S, long long u, moe_walk *w,
-                                     int lane, int out[5])
-{
-    const long long per = (long long)p.RB * S; /* units per chunk */
-    for (;;) {
-        const int e = w->e + lane;
-        const int cnt = e < p.E ? p.off[e + 1] - p.off[e] : 0;
-        const int ch = (cnt + MOE_TOK - 1) / MOE_TOK;
-        int incl = ch;
-        for (int d = 1; d < 32; d <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += v;
-        }
-        const int tot = __shfl_sync(0xffffffffu, incl, 31);
-        if (u < w->ubase + (long long)tot * per) {
-            const unsigned hit = __ballot_sync(0xffffffffu, u < w->ubase + (long long)incl * per);
-            const int l = __ffs(hit) - 1;
-            const int before = __shfl_sync(0xffffffffu, incl - ch, l);
-            const int chunks = __shfl_sync(0xffffffffu, ch, l);
-            w->e += l;
-            w->ubase += (long long)before * per;
-            w->cbase += before;
-            const long long local = u - w->ubase;
-            const int chunk = (int)(local % chunks);
-            const long long rest = local / chunks;
-            out[0] = w->e;
-            out[1] = chunk;
-            out[2] = (int)(rest / S);
-            out[3] = (int)(rest % S);
-            out[4] = w->cbase + chunk;
-            return;
-        }
-        w->ubase += (long long)tot * per;
-        w->cbase += tot;
-        w->e += 32;
-    }
 }
 
 /* ---- activation stages --------------------------------------------------------------- */
@@ -510,27 +395,6 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
 
 /* ---- the epilogue ------------------------------------------------------------------------ */
 
-/* D[m, n..n+7] (8 sums v, row of pair drow) as bf16 */
-static __device__ __forceinline__ void moe_store8(uint16_t *d, size_t drow, int N, int n,
-                                                  const float *v, float alpha, int vec)
-{
-    uint16_t *dp = d + drow * (size_t)N + n;
-    if (vec && n + 8 <= N) {
-        uint32_t w[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * q] * alpha, v[2 * q + 1] * alpha);
-            memcpy(&w[q], &h, 4);
-        }
-        *(uint4 *)dp = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-        for (int q = 0; q < 8 && n + q < N; q++) {
-            const __nv_bfloat16 h = __float2bfloat16_rn(v[q] * alpha);
-            memcpy(&dp[q], &h, 2);
-        }
-    }
-}
-
 /* Split K: add the block's tile into the workspace rows of its grouped rows; the
  * last block of the tile writes D and re-zeroes the rows and the counter. */
 static __device__ void moe_splitk_epilogue(const moe_params &p, moe_smem &sm, const moe_stage &st,
@@ -586,7 +450,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         sm.walk.cbase = 0;
     }
     if (warp == 0) {
-        const int chunks = moe_total_chunks(p, lane);
+        const int chunks = moe_total_chunks(p.off, p.E, MOE_TOK, lane);
         int S, kper;
         moe_choose_splits(p, chunks, (int)gridDim.x, &S, &kper);
         if (lane == 0) {
@@ -603,7 +467,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         if (warp == 0) {
             int un[5];
             moe_walk walk = sm.walk;
-            moe_find_unit(p, S, u, &walk, lane, un);
+            moe_find_unit(p.off, p.E, p.RB, S, MOE_TOK, u, &walk, lane, un);
             const int r0 = p.off[un[0]] + un[1] * MOE_TOK;
             const int ntok = min(MOE_TOK, p.off[un[0] + 1] - r0);
             /* tokens past the chunk's: row 0 (copied as zeros, never stored) */
@@ -727,6 +591,17 @@ static int moe_dims_ok(int experts, int top_k, int64_t tokens, int64_t n, int64_
 
 static int64_t moe_nw(int64_t n) { return (n + 3) / 4 * 4; }
 
+/* The wide path (moe_wide.cu) from MOE_WIDE_MIN_PAIRS (token, slot) pairs an
+ * expert on average; FP4_SM90_MOE_PATH=wide or =stream forces one (tests and
+ * measurements). */
+static int moe_wide_chosen(int experts, int top_k, int64_t tokens)
+{
+    const char *force = getenv("FP4_SM90_MOE_PATH");
+    if (force && strcmp(force, "wide") == 0) return 1;
+    if (force && strcmp(force, "stream") == 0) return 0;
+    return tokens * top_k >= (int64_t)MOE_WIDE_MIN_PAIRS * experts;
+}
+
 static int moe_split_allowed(int top_k, int64_t tokens, int64_t n)
 {
     return (size_t)(tokens * top_k) * (size_t)moe_nw(n) * sizeof(float) <= MOE_SPLIT_WS_CAP;
@@ -738,6 +613,23 @@ static size_t moe_counters_bytes(int experts, int top_k, int64_t tokens, int64_t
     const int64_t chunks = (pairs < experts ? pairs : experts) + pairs / MOE_TOK + 1;
     const int64_t rb = (n + MOE_ROWS - 1) / MOE_ROWS;
     return ((size_t)chunks * (size_t)rb * sizeof(unsigned) + 15) / 16 * 16;
+}
+
+/* The optional combine of D into d_combined (moe.h). */
+static fp4_status moe_combine(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
+{
+    if (a->route_weights) {
+        const int vec = a->n % 8 == 0 && ((uintptr_t)a->d & 15) == 0 &&
+                        ((uintptr_t)a->d_combined & 15) == 0;
+        const long long threads = (long long)a->tokens * ((a->n + 7) / 8);
+        const long long blocks = (threads + 255) / 256;
+        if (blocks > INT_MAX)
+            return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 moe: combine grid too large");
+        fp4_sm90_moe_combine_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
+            a->d, a->route_weights, a->d_combined, (long long)a->tokens, a->top_k, (int)a->n, vec);
+        FP4_CUDA_LAUNCH_TRY(err);
+    }
+    return FP4_OK;
 }
 
 extern "C" {
@@ -812,11 +704,20 @@ fp4_status fp4_sm90_moe_pack(const fp4_matrix *w, int experts, void *host_out, f
     return FP4_OK;
 }
 
-size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k)
+size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k,
+                                   int a_per_pair)
 {
-    if (!moe_dims_ok(experts, top_k, tokens, n, k) || !moe_split_allowed(top_k, tokens, n)) return 0;
+    if (!moe_dims_ok(experts, top_k, tokens, n, k)) return 0;
+    if (moe_wide_chosen(experts, top_k, tokens))
+        return fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
+    if (!moe_split_allowed(top_k, tokens, n)) return 0;
     return moe_counters_bytes(experts, top_k, tokens, n) +
            (size_t)(tokens * top_k) * (size_t)moe_nw(n) * sizeof(float);
+}
+
+int fp4_sm90_moe_path_wide(int experts, int top_k, int64_t tokens)
+{
+    return moe_wide_chosen(experts, top_k, tokens);
 }
 
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
@@ -841,9 +742,11 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
     if (combine && (!a->route_weights || !a->d_combined))
         return fp4_fail(err, FP4_ERR_INVALID_ARG,
                         "fp4-sm90 moe: route_weights and d_combined come together");
-    const size_t ws = fp4_sm90_moe_workspace_size(a->experts, a->top_k, a->tokens, a->n, a->k);
+    const size_t ws = fp4_sm90_moe_workspace_size(a->experts, a->top_k, a->tokens, a->n, a->k,
+                                                  a->a_per_pair);
     if (ws && (!a->workspace || a->workspace_bytes < ws))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 moe: needs a %zu-byte workspace", ws);
+    const int wide = moe_wide_chosen(a->experts, a->top_k, a->tokens);
 
     moe_params p;
     memset(&p, 0, sizeof p);
@@ -881,6 +784,13 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
         p.max_splits = stages < MOE_MAX_SPLITS ? stages : MOE_MAX_SPLITS;
     }
 
+    if (wide) {
+        const moe_wide_geom g = {p.expert_stride, p.codes_bytes, p.tiles, p.KS, p.KS2};
+        const fp4_status st = fp4_sm90_moe_wide_launch(a, &g, stream, err);
+        if (st != FP4_OK) return st;
+        return moe_combine(a, stream, err);
+    }
+
     int dev = 0, sms = 0, per_sm = 0;
     FP4_CUDA_TRY(err, cudaGetDevice(&dev));
     FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -897,19 +807,7 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
     if (per_sm < 1) per_sm = 1;
     fp4_sm90_moe_kernel<<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
     FP4_CUDA_LAUNCH_TRY(err);
-
-    if (combine) {
-        const int vec = a->n % 8 == 0 && ((uintptr_t)a->d & 15) == 0 &&
-                        ((uintptr_t)a->d_combined & 15) == 0;
-        const long long threads = (long long)a->tokens * ((a->n + 7) / 8);
-        const long long blocks = (threads + 255) / 256;
-        if (blocks > INT_MAX)
-            return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 moe: combine grid too large");
-        fp4_sm90_moe_combine_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
-            a->d, a->route_weights, a->d_combined, (long long)a->tokens, a->top_k, (int)a->n, vec);
-        FP4_CUDA_LAUNCH_TRY(err);
-    }
-    return FP4_OK;
+    return moe_combine(a, stream, err);
 }
 
 } /* extern "C" */

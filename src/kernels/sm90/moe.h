@@ -54,12 +54,23 @@ typedef struct fp4_sm90_moe_args {
     void *workspace; size_t workspace_bytes;
 } fp4_sm90_moe_args;
 
-/* Device workspace bytes a call needs (0: none, workspace may be NULL). It is
- * used only when there are too few output tiles to fill the GPU (small T*k) and
- * K is then split across blocks: it must be zeroed once (cudaMemset) before the
- * first call; every call leaves it zeroed, so calls replay in a CUDA graph.
- * Calls sharing a workspace must be serialised (one stream). */
-size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k);
+/* Device workspace bytes a call needs (0: none, workspace may be NULL), for
+ * the call's a_per_pair. The streaming path needs one only when there are too
+ * few output tiles to fill the GPU (small T*k) and K is then split across
+ * blocks: it must be zeroed once (cudaMemset) before the first call; every
+ * call leaves it zeroed, so calls replay in a CUDA graph. The wide path
+ * (fp4_sm90_moe_path_wide) keeps its bf16 copy of the activations there
+ * (rows x K x 2 bytes, rewritten by every call). Calls sharing a workspace
+ * must be serialised (one stream). */
+size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k,
+                                   int a_per_pair);
+
+/* 1 when calls of this size run the wide path: wgmma, each weight decoded
+ * once for up to 128 tokens; from 32 (token, slot) pairs an expert on
+ * average, or as FP4_SM90_MOE_PATH (wide / stream) forces. 0: the streaming
+ * path, weights decoded for every 32 tokens on mma.sync, split K when units
+ * are few. */
+int fp4_sm90_moe_path_wide(int experts, int top_k, int64_t tokens);
 
 /* Asynchronous on stream, no allocation, no host sync, graph-capturable. Experts with 0 tokens cost nothing. */
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err);

@@ -1,0 +1,152 @@
+/* Device helpers of the two grouped MoE kernels (moe.cu, moe_wide.cu): the
+ * bf16 scale arithmetic of the packed weights, a streaming load and the walk
+ * over the work units. Include from .cu files only. */
+#ifndef FP4_SM90_MOE_DEVICE_CUH
+#define FP4_SM90_MOE_DEVICE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/sm90/device.cuh"
+
+/* bf16 constants: 2^127, 2^111 (scale pattern e4m3 x 2^-120 -> e4m3 x 2^118), 2^120 */
+#define BF16X2_2P127 0x7F007F00u
+#define BF16X2_2P111 0x77007700u
+#define BF16X2_2P120 0x7B807B80u
+
+/* Walk state of warp 0: the first expert not yet passed, and the first unit and
+ * chunk index of that expert. */
+typedef struct moe_walk {
+    int e;
+    long long ubase;
+    int cbase;
+} moe_walk;
+
+static __device__ __forceinline__ uint32_t bf2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+/* a * (s.lo, s.lo) and a * (s.hi, s.hi): written with b16 moves so that ptxas
+ * folds the broadcast into HMUL2's operand selector (.H0_H0 / .H1_H1) */
+static __device__ __forceinline__ uint32_t bf2_mul_lo(uint32_t a, uint32_t s)
+{
+    uint32_t d;
+    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 b;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 b, {l, l};\n\t"
+        "mul.rn.bf16x2 %0, %1, b;\n\t}"
+        : "=r"(d) : "r"(a), "r"(s));
+    return d;
+}
+
+static __device__ __forceinline__ uint32_t bf2_mul_hi(uint32_t a, uint32_t s)
+{
+    uint32_t d;
+    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 b;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 b, {h, h};\n\t"
+        "mul.rn.bf16x2 %0, %1, b;\n\t}"
+        : "=r"(d) : "r"(a), "r"(s));
+    return d;
+}
+
+/* streaming loads: read once, kept out of L1 */
+static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* Two scale bytes (k-step pair word w: byte 0 row g / even, 1 row g / odd, 2 row
+ * g+8 / even, 3 row g+8 / odd) -> bf16x2 (row g, row g+8) of scale x 2^118 for
+ * the even and the odd k-step. (b & 0x7F) << 4 as a bf16 is e4m3 x 2^-120,
+ * subnormal scales included; two exact multiplies lift it into range. */
+static __device__ __forceinline__ void scale_pair(uint32_t w, uint32_t *even, uint32_t *odd)
+{
+    *even = bf2_mul(bf2_mul((w << 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
+    *odd = bf2_mul(bf2_mul((w >> 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
+}
+
+/* Warp 0: unit u (>= every unit found before) -> expert, chunk, row block,
+ * split, global chunk index; all lanes get the same values. Units are
+ * ordered by expert, then row block and split, then chunk (chunks of one
+ * weight block are neighbours, so their weight reads meet in L2). off: the
+ * E + 1 expert offsets; an expert of cnt tokens has ceil(cnt / tok) chunks,
+ * each with RB x S units. */
+static __device__ void moe_find_unit(const int32_t *off, int E, int RB, int S, int tok,
+                                     long long u, moe_walk *w, int lane, int out[5])
+{
+    const long long per = (long long)RB * S; /* units per chunk */
+    for (;;) {
+        const int e = w->e + lane;
+        const int cnt = e < E ? off[e + 1] - off[e] : 0;
+        const int ch = (cnt + tok - 1) / tok;
+        int incl = ch;
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += v;
+        }
+        const int tot = __shfl_sync(0xffffffffu, incl, 31);
+        if (u < w->ubase + (long long)tot * per) {
+            const unsigned hit = __ballot_sync(0xffffffffu, u < w->ubase + (long long)incl * per);
+            const int l = __ffs(hit) - 1;
+            const int before = __shfl_sync(0xffffffffu, incl - ch, l);
+            const int chunks = __shfl_sync(0xffffffffu, ch, l);
+            w->e += l;
+            w->ubase += (long long)before * per;
+            w->cbase += before;
+            const long long local = u - w->ubase;
+            const int chunk = (int)(local % chunks);
+            const long long rest = local / chunks;
+            out[0] = w->e;
+            out[1] = chunk;
+            out[2] = (int)(rest / S);
+            out[3] = (int)(rest % S);
+            out[4] = w->cbase + chunk;
+            return;
+        }
+        w->ubase += (long long)tot * per;
+        w->cbase += tot;
+        w->e += 32;
+    }
+}
+
+/* Warp 0: sum over experts of ceil(tokens / tok) (the chunks). */
+static __device__ int moe_total_chunks(const int32_t *off, int E, int tok, int lane)
+{
+    int sum = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+        const int e = e0 + lane;
+        if (e < E) sum += (off[e + 1] - off[e] + tok - 1) / tok;
+    }
+    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    return sum;
+}
+
+/* D[m, n..n+7] (8 sums v, row of pair drow) as bf16 */
+static __device__ __forceinline__ void moe_store8(uint16_t *d, size_t drow, int N, int n,
+                                                  const float *v, float alpha, int vec)
+{
+    uint16_t *dp = d + drow * (size_t)N + n;
+    if (vec && n + 8 <= N) {
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * q] * alpha, v[2 * q + 1] * alpha);
+            memcpy(&w[q], &h, 4);
+        }
+        *(uint4 *)dp = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        for (int q = 0; q < 8 && n + q < N; q++) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(v[q] * alpha);
+            memcpy(&dp[q], &h, 2);
+        }
+    }
+}
+
+#endif
