@@ -13,9 +13,13 @@
  *    zeroed). Cases: both modes, both activation-row rules, K = 2880, an odd
  *    number of k-steps, n not a multiple of the 256-row block, idle experts, one
  *    expert with every token (several 32-token chunks), skewed routing, split K
- *    (few tokens, long K), K / 16 odd (scales not word-aligned), and E = 256 /
- *    top-8 at T = 1, 16 and 512.
- * 3. With FP4_MOE_TIME=1: GLM-5's expert GEMMs timed (gate_up 256 x [4096 x
+ *    (few tokens, long K), K / 16 odd (scales not word-aligned), E = 256 /
+ *    top-8 at T = 1, 16 and 512, and sizes where the wide path runs (many
+ *    pairs an expert, one expert with 3 chunks, skewed); every case first on
+ *    the path its size picks, then forced onto the wide path
+ *    (FP4_SM90_MOE_PATH=wide).
+ * 3. With FP4_MOE_TIME=1: GLM-5's expert GEMMs timed on the path each size
+ *    picks, or on the one FP4_SM90_MOE_PATH names (gate_up 256 x [4096 x
  *    6144], down 256 x [6144 x 2048]) in CUDA graphs of 20 launches, cold
  *    weights (3.6 GB; at T = 1 the launches rotate over disjoint experts).
  * Exits 77 (skipped) without a GPU. */
@@ -402,10 +406,10 @@ static void test_cases(void)
         {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 0, 0, 1, 0},
         {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_BALANCED, 1, 0, 1, 0},
         {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        /* 32 or more pairs an expert: the wide path by default */
+        /* 40 or more pairs an expert: the wide path by default */
         {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
         {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"wide: one expert, 300 tokens", 8, 1, 300, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1},
+        {"wide: one expert, 340 tokens", 8, 1, 340, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1},
         {"wide: skewed", 16, 4, 400, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 1, 1, 0},
     };
     /* each case on the path its size picks, then every case on the wide path */

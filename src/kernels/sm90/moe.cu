@@ -1,6 +1,8 @@
-/* fp4-sm90 MoE: one grouped NVFP4 GEMM over all experts (moe.h), built for
- * decode, where each expert sees a handful of tokens and the weights' bytes
- * decide the time.
+/* fp4-sm90 MoE: one grouped NVFP4 GEMM over all experts (moe.h). This file
+ * holds the streaming path, built for decode, where each expert sees a
+ * handful of tokens and the weights' bytes decide the time; from
+ * MOE_WIDE_MIN_PAIRS pairs an expert the call goes to the wide path
+ * (moe_wide.cu).
  *
  * - Work units: (expert, chunk of up to 32 of its tokens, block of 256 weight
  *   rows, K split). Only experts with tokens have units. A persistent grid
@@ -69,8 +71,9 @@
 /* Split K needs an fp32 row per grouped row: only allowed while that stays small
  * (it is needed only at small T*k, where units are few). */
 #define MOE_SPLIT_WS_CAP ((size_t)16 << 20)
-/* pairs an expert, on average, from which the wide path runs */
-#define MOE_WIDE_MIN_PAIRS 32
+/* pairs an expert, on average, from which the wide path runs (on the H200,
+ * GLM-5 gate_up: the streaming path is faster at 32, the wide one at 64) */
+#define MOE_WIDE_MIN_PAIRS 40
 
 /* ---- parameters and shared memory ---------------------------------------------------- */
 

@@ -66,7 +66,7 @@ size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64
                                    int a_per_pair);
 
 /* 1 when calls of this size run the wide path: wgmma, each weight decoded
- * once for up to 128 tokens; from 32 (token, slot) pairs an expert on
+ * once for up to 128 tokens; from 40 (token, slot) pairs an expert on
  * average, or as FP4_SM90_MOE_PATH (wide / stream) forces. 0: the streaming
  * path, weights decoded for every 32 tokens on mma.sync, split K when units
  * are few. */
