@@ -261,7 +261,9 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
             FP4_CUDA_GOTO(err, st, cudaMemset(c->ws, 0, pl->ws_bytes), fail);
         }
     }
-    snprintf(pl->variant, sizeof pl->variant, "grouped, one launch a GEMM%s", layer ? "; plan rebuilt on the device" : "");
+    snprintf(pl->variant, sizeof pl->variant, "grouped, one launch a GEMM, %s path%s",
+             fp4_sm90_moe_path_wide(E, k, T) ? "wide (wgmma)" : "streaming",
+             layer ? "; plan rebuilt on the device" : "");
     *out = pl;
     return FP4_OK;
 fail:
