@@ -54,16 +54,6 @@ static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* 16-byte streaming load: read once, keep it out of L1. */
-static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
 {
     unsigned short v;

@@ -1,5 +1,5 @@
 /* Device helpers shared by the fp4-sm90 kernels: the fp16x2 multiply, the
- * UE4M3 scale -> fp16 conversion, a streaming load, the swizzled scale
+ * UE4M3 scale -> fp16 conversion, streaming loads, the swizzled scale
  * offset, the bf16 store of four sums and an acquiring load. Include from .cu
  * files only. */
 #ifndef FP4_SM90_DEVICE_CUH
@@ -26,6 +26,16 @@ static __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b)
 static __device__ __forceinline__ uint32_t sf2_to_h2(uint32_t x_shifted_by_7)
 {
     return hmul2_u32(x_shifted_by_7 & 0x3F803F80u, 0x78007800u);
+}
+
+/* streaming loads: read once, kept out of L1 */
+static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
 
 static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)

@@ -1,6 +1,6 @@
 /* Device helpers of the two grouped MoE kernels (moe.cu, moe_wide.cu): the
- * bf16 scale arithmetic of the packed weights, a streaming load and the walk
- * over the work units. Include from .cu files only. */
+ * bf16 scale arithmetic of the packed weights, the walk over the work units
+ * and the 8-value bf16 store. Include from .cu files only. */
 #ifndef FP4_SM90_MOE_DEVICE_CUH
 #define FP4_SM90_MOE_DEVICE_CUH
 
@@ -50,16 +50,6 @@ static __device__ __forceinline__ uint32_t bf2_mul_hi(uint32_t a, uint32_t s)
         "mul.rn.bf16x2 %0, %1, b;\n\t}"
         : "=r"(d) : "r"(a), "r"(s));
     return d;
-}
-
-/* streaming loads: read once, kept out of L1 */
-static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
 }
 
 /* Two scale bytes (k-step pair word w: byte 0 row g / even, 1 row g / odd, 2 row
