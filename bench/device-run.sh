@@ -516,12 +516,13 @@ mode_moe_wide() {
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$NCU" ]; then
     say "== Nsight Compute: the wide kernel, H 6144, I 2048, E 64, top-8, T = 512 (64 pairs an expert)"
-    timeout -k 10 200 "$NCU" --clock-control none --set detailed --kernel-name "regex:moe_wide_kernel" \
+    timeout -k 10 200 "$NCU" --clock-control none --set detailed --section WarpStateStats \
+      --section SourceCounters --kernel-name "regex:moe_wide_kernel" \
       --launch-count 1 --export "$OUT/moe-wide" --force-overwrite $B moe --dims 6144,2048,64,8 \
       --tokens 512 --step gate_up --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/ncu.txt" 2>&1
     cat "$tmp/ncu.txt" >>"$log"
     "$NCU" --import "$OUT/moe-wide.ncu-rep" --page details >"$OUT/moe-wide-profile.txt" 2>&1
-    grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Warp Cycles|L2 Hit|Eligible|Issued" "$OUT/moe-wide-profile.txt" | head -40
+    grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Warp Cycles|L2 Hit|Eligible|Issued|Stall|stall" "$OUT/moe-wide-profile.txt" | head -60
   fi
   moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
   FP4_SM90_MOE_PATH=stream moe_run glm5-stream-1024 --model glm5 --tokens 1024 --step gate_up --backend moe-fp4-sm90
