@@ -56,6 +56,7 @@
 #define MW_RING 8                 /* weight register ring: loads 7 k-steps ahead */
 #define MW_TR_LD (MW_ROWS + 4)    /* floats a token row of the epilogue tile: no bank conflicts */
 #define MW_SMEM (MW_ST * MW_STAGE + 1024) /* +1024: the swizzle's alignment */
+static_assert(MW_TOK * MW_TR_LD * 4 <= MW_ST * MW_STAGE, "the epilogue tile exceeds the ring");
 
 typedef struct mw_params {
     const uint16_t *a; /* the prepass rows [rows][ksp * 64] bf16 */
