@@ -622,9 +622,10 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
             sum += us;
         }
         CUDA_OK(cudaGetLastError());
-        printf("TIME %-40s %9.2f us (mean %9.2f)  %7.1f MB  %7.0f GB/s  %5.1f%% of 4.5 TB/s\n",
+        printf("TIME %-40s %9.2f us (mean %9.2f)  %7.1f MB  %7.0f GB/s  %5.1f%% of 4.5 TB/s  %s path\n",
                tc->name, best, sum / reps, bytes / 1e6, bytes / (best * 1e3),
-               100.0 * bytes / (best * 1e3) / 4500.0);
+               100.0 * bytes / (best * 1e3) / 4500.0,
+               fp4_sm90_moe_path_wide(TIME_E, TIME_TOPK, tc->tokens) ? "wide" : "streaming");
     }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
