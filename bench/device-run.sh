@@ -46,6 +46,10 @@ Several modes run one after the other on one build. Modes:
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
+  prefetch the L2 prefetch distance (FP4_SM90_PREFETCH) swept over PF_LIST
+           [0 4 8 16 32]: fp4-sm90 on decode shapes, moe-fp4-sm90 on GLM-5
+  moe-tree ALT_TREE names another source tree: built into build-alt, its
+           wide MoE path tested and timed beside this tree's
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
            tree's, the tests are rebuilt, its own test and timing run
   all      check, then bench
@@ -83,7 +87,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | prefetch | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -454,6 +458,43 @@ mode_moe() {
   moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
 }
 
+# The L2 prefetch distance of the streaming kernels (FP4_SM90_PREFETCH, k-steps)
+# swept over PF_LIST: fp4-sm90 on decode shapes and moe-fp4-sm90 on GLM-5.
+mode_prefetch() {
+  local pf csv=$tmp/pf.csv
+  say "== gpu_moe_kernel with FP4_SM90_PREFETCH=16 (the results must not change)"
+  FP4_SM90_PREFETCH=16 timeout 300 ./build-dev/tests/gpu_moe_kernel >"$tmp/pf-test.txt" 2>&1 ||
+    fail "gpu_moe_kernel with prefetch (exit $?)"
+  grep -E "CHECK failed|checks" "$tmp/pf-test.txt" | tail -3 | tee -a "$log"
+  for pf in ${PF_LIST:-0 4 8 16 32}; do
+    say "== FP4_SM90_PREFETCH=$pf: fp4-sm90 decode shapes (m n k variant state us GB/s)"
+    rm -f "$csv"
+    FP4_SM90_PREFETCH=$pf timeout 200 $B run --backend fp4-sm90 --max-time "${MAX_TIME:-1}" \
+      --shape 1x2048x6144,16x2048x6144,16x768x6144,16x8192x8192,16x28672x4096 --quiet \
+      --no-ceilings --csv "$csv" >>"$log" 2>&1 || fail "fp4-sm90 with prefetch $pf (exit $?)"
+    awk -F, 'NR > 1 { printf "  %s %s %s %s %s %.2f %.0f\n", $2, $3, $4, $6, $7, $16, $23 }' "$csv" | tee -a "$log"
+    FP4_SM90_PREFETCH=$pf moe_run pf$pf --model glm5 --tokens 1,512 --step gate_up,down \
+      --backend moe-fp4-sm90
+  done
+}
+
+# Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
+# source): built into build-alt, its grouped-kernel test forced onto the wide
+# path and timed, then fp4bench moe on GLM-5 forced wide.
+mode_moe_tree() {
+  local rc
+  if [ -z "${ALT_TREE:-}" ] || [ ! -f "$ALT_TREE/CMakeLists.txt" ]; then fail "moe-tree: ALT_TREE must name a source tree (got '${ALT_TREE:-}')"; return; fi
+  build "$ALT_TREE" build-alt || { fail "build of build-alt"; return; }
+  say "== build-alt ($(cat "$ALT_TREE/.fp4-commit" 2>/dev/null)): gpu_moe_kernel forced wide, timed"
+  FP4_SM90_MOE_PATH=wide FP4_MOE_TIME=1 timeout 300 ./build-alt/tests/gpu_moe_kernel >"$tmp/alt-mk.txt" 2>&1
+  rc=$?
+  cat "$tmp/alt-mk.txt" >>"$log"
+  grep -E "CHECK failed|TIME|checks" "$tmp/alt-mk.txt" | head -40
+  [ $rc -eq 0 ] || fail "build-alt gpu_moe_kernel, wide path (exit $rc)"
+  B=./build-alt/fp4bench FP4_SM90_MOE_PATH=wide moe_run alt-wide --model glm5 --tokens 512,2048 \
+    --step gate_up,down --backend moe-fp4-sm90
+}
+
 mode_multigpu() {
   local rc t=$tmp/mg-ctest.txt
   say "== ctest -R 'nccl|gpus|layer' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
@@ -602,6 +643,8 @@ if [ $built = 1 ]; then
       moe) mode_moe ;;
       moe-alt) mode_moe_alt ;;
       moe-wide) mode_moe_wide ;;
+      prefetch) mode_prefetch ;;
+      moe-tree) mode_moe_tree ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
       all) mode_check; mode_bench ;;
