@@ -46,8 +46,8 @@ Several modes run one after the other on one build. Modes:
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
-  prefetch the L2 prefetch distance (FP4_SM90_PREFETCH) swept over PF_LIST
-           [0 4 8 16 32]: fp4-sm90 on decode shapes, moe-fp4-sm90 on GLM-5
+  moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
+           source page (CSV) of each
   moe-tree ALT_TREE names another source tree: built into build-alt, its
            wide MoE path tested and timed beside this tree's
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
@@ -87,7 +87,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | prefetch | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -458,24 +458,32 @@ mode_moe() {
   moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
 }
 
-# The L2 prefetch distance of the streaming kernels (FP4_SM90_PREFETCH, k-steps)
-# swept over PF_LIST: fp4-sm90 on decode shapes and moe-fp4-sm90 on GLM-5.
-mode_prefetch() {
-  local pf csv=$tmp/pf.csv
-  say "== gpu_moe_kernel with FP4_SM90_PREFETCH=16 (the results must not change)"
-  FP4_SM90_PREFETCH=16 timeout 300 ./build-dev/tests/gpu_moe_kernel >"$tmp/pf-test.txt" 2>&1 ||
-    fail "gpu_moe_kernel with prefetch (exit $?)"
-  grep -E "CHECK failed|checks" "$tmp/pf-test.txt" | tail -3 | tee -a "$log"
-  for pf in ${PF_LIST:-0 4 8 16 32}; do
-    say "== FP4_SM90_PREFETCH=$pf: fp4-sm90 decode shapes (m n k variant state us GB/s)"
-    rm -f "$csv"
-    FP4_SM90_PREFETCH=$pf timeout 200 $B run --backend fp4-sm90 --max-time "${MAX_TIME:-1}" \
-      --shape 1x2048x6144,16x2048x6144,16x768x6144,16x8192x8192,16x28672x4096 --quiet \
-      --no-ceilings --csv "$csv" >>"$log" 2>&1 || fail "fp4-sm90 with prefetch $pf (exit $?)"
-    awk -F, 'NR > 1 { printf "  %s %s %s %s %s %.2f %.0f\n", $2, $3, $4, $6, $7, $16, $23 }' "$csv" | tee -a "$log"
-    FP4_SM90_PREFETCH=$pf moe_run pf$pf --model glm5 --tokens 1,512 --step gate_up,down \
-      --backend moe-fp4-sm90
-  done
+# Nsight Compute on the two MoE paths, with warp stall reasons and the
+# per-instruction (SASS) stall samples as CSV: the streaming path at GLM-5
+# gate_up sizes, T = 512 and T = 64; the wide path forced, E = 64, T = 512.
+mode_moe_prof() {
+  local NCU name
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then fail "ncu (Nsight Compute) not found"; return; fi
+  prof_one() { # NAME KERNEL-REGEX fp4bench-moe-arguments...
+    local name=$1 kre=$2
+    shift 2
+    say "== Nsight Compute: $name ($*)"
+    timeout -k 10 240 "$NCU" --clock-control none --set detailed --section WarpStateStats \
+      --section SourceCounters --section SchedulerStats --section InstructionStats \
+      --kernel-name "regex:$kre" --launch-count 1 --export "$OUT/$name" --force-overwrite \
+      $B moe "$@" --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/ncu.txt" 2>&1 ||
+      fail "ncu $name (exit $?)"
+    cat "$tmp/ncu.txt" >>"$log"
+    "$NCU" --import "$OUT/$name.ncu-rep" --page details >"$OUT/$name.txt" 2>&1
+    "$NCU" --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass \
+      >"$OUT/$name-sass.csv" 2>&1 || say "no source page for $name"
+    grep -E "Duration|SM Frequency|Throughput|Pipe|Registers|Warp Cycles|Eligible|Issued Warp|No Eligible" "$OUT/$name.txt" | head -30
+  }
+  prof_one stream-t512 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 512 --step gate_up
+  prof_one stream-t64 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 64 --step gate_up
+  FP4_SM90_MOE_PATH=wide prof_one wide-t512 moe_wide_kernel --dims 6144,2048,64,8 --tokens 512 --step gate_up
+  rm -f "$OUT"/*.ncu-rep
 }
 
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
@@ -643,7 +651,7 @@ if [ $built = 1 ]; then
       moe) mode_moe ;;
       moe-alt) mode_moe_alt ;;
       moe-wide) mode_moe_wide ;;
-      prefetch) mode_prefetch ;;
+      moe-prof) mode_moe_prof ;;
       moe-tree) mode_moe_tree ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;

@@ -41,7 +41,6 @@
 #define D4_NPAD 64 /* packed rows are padded to a multiple of 64 (RT <= 4) */
 #define D4_DEPTH 1 /* k-steps of loads in flight per warp besides the one in use (RT=4:
                      * 2 x 64 B a lane, ~70 KB a SM at 16 warps) */
-#define D4_PREFETCH 0 /* k-steps of weights asked of L2 ahead of the ring (0: none) */
 
 /* ---- device helpers of the k-permuted layout ---------------------------------------- */
 
@@ -244,21 +243,6 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
     }
 }
 
-/* L2 prefetch of k-steps [a, b) of the warp's RT tiles: lanes 0..RT-1 the
- * tiles' codes, RT..2 RT - 1 their scales (a tile's k-steps are contiguous). */
-template <int RT>
-static __device__ __forceinline__ void d4_prefetch(const uint4 *bq, const uint16_t *bs, int tile0,
-                                                   int KS, int lane, int a, int b)
-{
-    if (a >= b || lane >= 2 * RT) return;
-    const int i = lane < RT ? lane : lane - RT;
-    const size_t u = ((size_t)(tile0 + i) * KS + a) * 32;
-    if (lane < RT)
-        prefetch_l2_bulk(bq + u, (unsigned)(b - a) * 512u);
-    else
-        prefetch_l2_bulk(bs + u, (unsigned)(b - a) * 64u);
-}
-
 template <int RT, int NT>
 static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (*acc)[NT][4])
 {
@@ -274,7 +258,7 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
                    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                    __nv_bfloat16 *__restrict__ d, float *__restrict__ ws,
                    unsigned *__restrict__ counters, int M, int N, int K, int KS, int kper, int Np,
-                   float alpha_eff, int pf)
+                   float alpha_eff)
 {
     constexpr int ROWS = 16 * RT, TOK = 8 * NT, RS = ROWS + 4;
     extern __shared__ __align__(16) float red[]; /* [warp][TOK][RS] */
@@ -311,9 +295,7 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
     for (int u = 0; u < D4_DEPTH; u++)
         if (w0 + u < w1)
             d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow);
-    if (pf > 0) d4_prefetch<RT>(bq, bs, tile0, KS, lane, w0, min(w1, w0 + pf));
     for (int s = w0; s < w1; s += D4_DEPTH + 1) {
-        if (pf > 0) d4_prefetch<RT>(bq, bs, tile0, KS, lane, s + pf, min(w1, s + pf + D4_DEPTH + 1));
 #pragma unroll
         for (int u = 0; u <= D4_DEPTH; u++) {
             const int ks = s + u;
@@ -353,7 +335,7 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 
 typedef void (*d4_kernel_fn)(const uint4 *, const uint16_t *, const uint8_t *, const uint8_t *,
                              __nv_bfloat16 *, float *, unsigned *, int, int, int, int, int, int,
-                             float, int);
+                             float);
 
 typedef struct d4_cfg {
     int rt, nt;             /* tiles per warp, token tiles per chunk */
@@ -487,7 +469,7 @@ fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stre
     d4_kernel(c.rt, c.nt)<<<grid, D4_THREADS, c.smem, stream>>>(
         (const uint4 *)a->b_codes, (const uint16_t *)a->b_sf, a->a_codes, a->a_sf,
         (__nv_bfloat16 *)a->d, ws, counters, (int)a->m, (int)a->n, (int)a->k, (int)d4_ks(a->k),
-        c.kper, (int)d4_np(a->n), alpha_eff, fp4_sm90_prefetch_ksteps(D4_PREFETCH));
+        c.kper, (int)d4_np(a->n), alpha_eff);
     FP4_CUDA_LAUNCH_TRY(err);
     return FP4_OK;
 }

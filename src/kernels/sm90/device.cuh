@@ -38,15 +38,6 @@ static __device__ __forceinline__ uint4 ldg_stream16(const uint4 *p)
     return v;
 }
 
-/* Ask the copy engine to bring [p, p + bytes) into L2: no registers held, no
- * completion to wait for, so a stream's loads can be requested far ahead of
- * the register ring that consumes them (which then hits L2). p 16-byte
- * aligned, bytes a multiple of 16. */
-static __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)
 {
     uint32_t v;

@@ -37,7 +37,6 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "fp4/format.h"
 #include "fp4/status.h"
@@ -55,17 +54,6 @@ enum {
     FP4_SM90_PREFILL = 3,
     FP4_SM90_PREFILL_WIDE = 4
 };
-/* k-steps of weights the streaming kernels (decode, the MoE streaming path)
- * ask L2 for ahead of their register loads; FP4_SM90_PREFETCH=<k-steps>
- * overrides the default (0: no prefetch), for measurements. */
-static inline int fp4_sm90_prefetch_ksteps(int dflt)
-{
-    const char *v = getenv("FP4_SM90_PREFETCH");
-    if (!v || !*v) return dflt;
-    const int n = atoi(v);
-    return n < 0 ? 0 : n > 4096 ? 4096 : n;
-}
-
 #define FP4_SM90_KERNELS 4
 
 typedef struct fp4_sm90_kernel_info {

@@ -51,7 +51,6 @@
 
 #include "core/cuda_check.h"
 #include "fp4/format.h"
-#include "kernels/sm90/fp4_sm90.h"
 #include "kernels/sm90/moe.h"
 #include "kernels/sm90/moe_device.cuh"
 #include "kernels/sm90/moe_wide.h"
@@ -75,7 +74,6 @@
 /* pairs an expert, on average, from which the wide path runs (on the H200,
  * GLM-5 gate_up: the streaming path is faster at 32, the wide one at 64) */
 #define MOE_WIDE_MIN_PAIRS 40
-#define MOE_PREFETCH 0 /* default of moe_params.pf */
 
 /* ---- parameters and shared memory ---------------------------------------------------- */
 
@@ -93,7 +91,6 @@ typedef struct moe_params {
     int E, top_k, N, K, KB, KS, KS2, tiles, RB, nw;
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
-    int pf;      /* k-steps of weights asked of L2 ahead of the register ring (0: none) */
 } moe_params;
 
 /* Dynamic shared memory (73 KB). */
@@ -295,22 +292,6 @@ static __device__ __forceinline__ void moe_load(uint4 (&wq)[MOE_RING][MOE_RT],
     }
 }
 
-/* L2 prefetch of k-steps [a, b) of the warp's tiles: lane i < MOE_RT tile i's
- * codes, lane MOE_RT + i its scales (a tile's k-steps are contiguous). */
-static __device__ __forceinline__ void moe_prefetch(const uint4 *const (&cb)[MOE_RT],
-                                                    const uint32_t *const (&sb)[MOE_RT], int lane,
-                                                    int a, int b)
-{
-    if (a >= b) return;
-    const int p0 = a >> 1, p1 = (b - 1) >> 1; /* scale words hold k-step pairs */
-#pragma unroll
-    for (int i = 0; i < MOE_RT; i++) {
-        if (lane == i) prefetch_l2_bulk(cb[i] - i + (size_t)a * 32, (unsigned)(b - a) * 512u);
-        if (lane == MOE_RT + i)
-            prefetch_l2_bulk(sb[i] - (MOE_RT + i) + (size_t)p0 * 32, (unsigned)(p1 - p0 + 1) * 128u);
-    }
-}
-
 /* One k-step (ring slot u) of the warp for NT token tiles: decode, scale, MMA
  * against the staged token fragments of the k-step, act[token tile][half][lane]. */
 template <int NT>
@@ -383,7 +364,6 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
     uint32_t wsr[2][MOE_RT], sodd[MOE_RT];
 #pragma unroll
     for (int s = 0; s < MOE_RING - 1; s++) moe_load(wq, wsr, s, cb, sb, ksA + s, ksB);
-    if (p.pf > 0) moe_prefetch(cb, sb, lane, ksA, min(ksB, ksA + p.pf));
     moe_fill_issue<NT>(p, sm, st, 0, ksA, ntok, tid);
     moe_fill_finish(p, sm, st, 0, ksA, ntok, tid);
     __syncthreads();
@@ -391,7 +371,6 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
     int buf = 0;
     for (int kc = ksA; kc < ksB; kc += MOE_KC) {
         const bool next = kc + MOE_KC < ksB;
-        if (p.pf > 0) moe_prefetch(cb, sb, lane, kc + p.pf, min(ksB, kc + p.pf + MOE_KC));
         if (next) moe_fill_issue<NT>(p, sm, st, buf ^ 1, kc + MOE_KC, ntok, tid);
 #pragma unroll
         for (int s = 0; s < MOE_KC; s++) {
@@ -799,7 +778,6 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
     p.a_per_pair = a->a_per_pair != 0;
     p.vec_out = a->n % 8 == 0 && ((uintptr_t)a->d & 15) == 0;
     p.scales4 = (a->k / 16) % 4 == 0 && ((uintptr_t)a->a_scales & 3) == 0;
-    p.pf = fp4_sm90_prefetch_ksteps(MOE_PREFETCH);
     p.max_splits = 1;
     if (ws) {
         p.counters = (unsigned *)a->workspace;
