@@ -46,6 +46,8 @@ Several modes run one after the other on one build. Modes:
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
+  moe-stream the streaming MoE path: its tests, memcheck and racecheck, the
+           kernel alone, and fp4bench moe on GLM-5 with the baselines
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each
   moe-tree ALT_TREE names another source tree: built into build-alt, its
@@ -87,7 +89,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -486,6 +488,37 @@ mode_moe_prof() {
   rm -f "$OUT"/*.ncu-rep
 }
 
+# The streaming MoE path checked and measured: its GPU tests, memcheck and
+# racecheck on small shapes, the kernel alone, then fp4bench moe on GLM-5 with
+# the baselines (the JSON of bench/results/h200/moe/).
+mode_moe_stream() {
+  local rc t=$tmp/ms-ctest.txt SAN tool
+  say "== ctest -R gpu_moe"
+  (cd build-dev && ctest --output-on-failure --timeout 300 -R 'gpu_moe' -j 2) >"$t" 2>&1
+  rc=$?
+  cat "$t" >>"$log"
+  grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
+  [ $rc -eq 0 ] || fail "MoE GPU tests (exit $rc)"
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  for tool in memcheck racecheck; do
+    [ -n "$SAN" ] || break
+    timeout -k 10 150 "$SAN" --tool $tool --error-exitcode 9 $B moe --dims 2048,768,128,8 \
+      --tokens 1,77 --step gate_up,down --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only \
+      --quiet >"$tmp/san.txt" 2>&1
+    rc=$?
+    head -60 "$tmp/san.txt" >>"$log"
+    say "$tool moe-fp4-sm90 streaming path (2048,768,128,8; T = 1, 77; both steps and modes): exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$tmp/san.txt" | tail -1)"
+    [ $rc -eq 0 ] || fail "$tool moe (exit $rc)"
+  done
+  say "== the grouped kernel alone (FP4_MOE_TIME=1)"
+  FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -E "^TIME|checks" | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
+  moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
+  moe_run glm5-skewed --model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up \
+    --backend moe-cublas-bf16,moe-fp4-sm90
+  moe_run glm5-layer --model glm5 --tokens 16,512,2048 --step layer --mode w4a4
+}
+
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
 # source): built into build-alt, its grouped-kernel test forced onto the wide
 # path and timed, then fp4bench moe on GLM-5 forced wide.
@@ -652,6 +685,7 @@ if [ $built = 1 ]; then
       moe-alt) mode_moe_alt ;;
       moe-wide) mode_moe_wide ;;
       moe-prof) mode_moe_prof ;;
+      moe-stream) mode_moe_stream ;;
       moe-tree) mode_moe_tree ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;

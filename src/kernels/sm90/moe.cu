@@ -63,7 +63,8 @@
 #define MOE_ROWS (16 * MOE_BLOCK_TILES)       /* 256 weight rows per block */
 #define MOE_TOK 32                            /* tokens per chunk */
 #define MOE_NT (MOE_TOK / 8)                  /* token tiles per chunk */
-#define MOE_KC 8                              /* k-steps per activation stage */
+#define MOE_KC 4                              /* k-steps per activation stage */
+#define MOE_NB 4                              /* activation stage buffers */
 #define MOE_RING 4                            /* register ring slots (loads 3 k-steps ahead) */
 #define MOE_RS (MOE_ROWS + 4)                 /* epilogue row stride (floats): no bank conflicts */
 #define MOE_MAX_SPLITS 64
@@ -93,14 +94,15 @@ typedef struct moe_params {
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
 } moe_params;
 
-/* Dynamic shared memory (73 KB). */
+/* Dynamic shared memory (82 KB). */
 typedef struct moe_stage {
     union {
-        uint4 act[2][MOE_KC][MOE_NT][2][32]; /* [buffer][k-step][token tile][half][lane] 64 KB */
-        float tile[MOE_TOK][MOE_RS];         /* epilogue: [token][row] */
+        uint4 act[MOE_NB][MOE_KC][MOE_NT][2][32]; /* [buffer][k-step][token tile][half][lane] 64 KB */
+        float tile[MOE_TOK][MOE_RS];              /* epilogue: [token][row] */
     } u;
-    uint4 raw[MOE_TOK][MOE_KC][2]; /* W4A4: a token's 4 k-blocks of codes per k-step */
-    uint32_t raw_s[MOE_TOK][MOE_KC]; /* W4A4: their 4 scales */
+    uint4 raw[MOE_NB][MOE_TOK][MOE_KC][2]; /* W4A4: a token's 4 k-blocks of codes per k-step */
+    uint32_t raw_s[MOE_NB][MOE_TOK][MOE_KC]; /* W4A4: their 4 scales */
+    unsigned long long full[MOE_NB], empty[MOE_NB]; /* mbarriers of the buffers */
 } moe_stage;
 
 typedef struct moe_smem {
@@ -151,9 +153,53 @@ static __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, i
                  : "memory");
 }
 
-static __device__ __forceinline__ void cp_async_commit_wait(void)
+static __device__ __forceinline__ void cp_async_commit(void)
 {
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* wait until at most N of this thread's cp.async groups are pending */
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* ---- mbarriers of the stage buffers ------------------------------------------------ */
+
+static __device__ __forceinline__ unsigned smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbar_init(unsigned long long *bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+
+/* arrive (release: this thread's shared-memory writes before it are seen by
+ * the threads that wait for the phase) */
+static __device__ __forceinline__ void mbar_arrive(unsigned long long *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/* arrive once this thread's earlier cp.asyncs have landed, without waiting
+ * for them (counted in the barrier's init count) */
+static __device__ __forceinline__ void cp_async_arrive(unsigned long long *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
+                 : "memory");
+}
+
+/* wait until the phase of this parity completed */
+static __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred p;\nMOE_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra MOE_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
 }
 
 static __device__ __forceinline__ void red_add4(float *p, float4 v)
@@ -198,78 +244,84 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
 /* ---- activation stages --------------------------------------------------------------- */
 
 /* Start staging k-steps [kc, kc + MOE_KC) of the chunk's NT token tiles into
- * buffer buf (all by cp.async: no registers held over the loop; zeros for k >=
- * K). W4A16: 16-byte pieces (8 k), 2 NT a thread: k (tid % 64) * 8 of tokens
- * tid / 64 + 4q, coalesced along k, branch-free (tokens past the chunk's get
- * zeros). W4A4: one k-step (4 k-blocks) of token tid / 8 a thread, codes and,
- * when they are one aligned word (scales4), scales into st.raw. */
+ * buffer buf, all by cp.async (no registers held over the loop; zeros for k >=
+ * K). W4A16: 16-byte pieces (8 k) straight into the buffer, NT a thread: k
+ * (tid % 32) * 8 of token 8 n + tid / 32, coalesced along k, branch-free
+ * (tokens past the chunk's get zeros); the buffer's full barrier counts the
+ * thread's arrival when its copies land. W4A4: one k-step (4 k-blocks) of token
+ * tid / 4 a thread (the first MOE_TOK * MOE_KC threads), codes and, when they
+ * are one aligned word (scales4), scales into raw[buf]; moe_fill_finish
+ * decodes them. One cp.async group a call in both modes. */
 template <int NT>
 static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const moe_smem &sm,
                                                       moe_stage &st, int buf, int kc, int ntok,
                                                       int tid)
 {
     if (p.w4a16) {
-        const int rem = tid & 63, w4 = tid >> 6;
+        const int rem = tid & 31, g = tid >> 5;
         const int ksr = rem >> 3, tt = (rem >> 1) & 3, h = rem & 1;
         const int k0 = kc * 64 + rem * 8;
         const unsigned kofs = k0 < p.K ? 2u * (unsigned)k0 : 0u; /* bytes into the row */
-        uint4 *dst = &st.u.act[buf][ksr][0][h][w4 * 4 + tt];
+        uint4 *dst = &st.u.act[buf][ksr][0][h][g * 4 + tt];
 #pragma unroll
-        for (int q = 0; q < 2 * NT; q++) {
-            const int m = w4 + 4 * q; /* token tile q >> 1, row g = w4 + 4 (q & 1) */
-            cp_async16(dst + (q >> 1) * (2 * 32) + (q & 1) * 16, sm.arow[m] + kofs,
-                       m < ntok && k0 < p.K ? 16 : 0);
+        for (int n = 0; n < NT; n++) {
+            const int m = 8 * n + g;
+            cp_async16(dst + n * (2 * 32), sm.arow[m] + kofs, m < ntok && k0 < p.K ? 16 : 0);
         }
+        cp_async_arrive(&st.full[buf]);
     } else {
-        const int m = tid >> 3, ksr = tid & 7, kb0 = (kc + ksr) * 4;
-        if (m >= ntok) return;
-        const long long off = sm.aoff[m]; /* row x K: codes at off / 2, scales off / 16 */
-        const uint8_t *codes = p.a_codes + off / 2;
-        uint8_t *dst = (uint8_t *)&st.raw[m][ksr][0];
+        const int m = tid >> 2, ksr = tid & 3, kb0 = (kc + ksr) * 4;
+        if (tid < MOE_TOK * MOE_KC && m < ntok) {
+            const long long off = sm.aoff[m]; /* row x K: codes at off / 2, scales off / 16 */
+            const uint8_t *codes = p.a_codes + off / 2;
+            uint8_t *dst = (uint8_t *)&st.raw[buf][m][ksr][0];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int kb = kb0 + j;
-            cp_async8(dst + 8 * j, codes + (size_t)(kb < p.KB ? kb : 0) * 8, kb < p.KB ? 8 : 0);
+            for (int j = 0; j < 4; j++) {
+                const int kb = kb0 + j;
+                cp_async8(dst + 8 * j, codes + (size_t)(kb < p.KB ? kb : 0) * 8, kb < p.KB ? 8 : 0);
+            }
+            if (p.scales4)
+                cp_async4(&st.raw_s[buf][m][ksr], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
+                          kb0 < p.KB ? 4 : 0);
         }
-        if (p.scales4)
-            cp_async4(&st.raw_s[m][ksr], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
-                      kb0 < p.KB ? 4 : 0);
     }
+    cp_async_commit();
 }
 
-/* Finish the stage: wait for this thread's copies; W4A4 then decodes its
- * k-step (byte table x scale, exact) into the buffer. The caller's barrier
- * follows. */
+/* W4A4: finish a stage whose copies are complete (the caller waited for its
+ * group): decode this thread's k-step (byte table x scale, exact) into the
+ * buffer, then arrive on its full barrier (every thread, with work or not). */
 static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, const moe_smem &sm,
                                                        moe_stage &st, int buf, int kc, int ntok,
                                                        int tid)
 {
-    cp_async_commit_wait();
-    if (p.w4a16) return;
-    const int m = tid >> 3, ksr = tid & 7, kb0 = (kc + ksr) * 4;
-    if (m >= ntok) return;
-    uint32_t sraw;
-    if (p.scales4) {
-        sraw = st.raw_s[m][ksr];
-    } else { /* scales not 4-byte aligned: byte loads */
-        const uint8_t *sp = p.a_scales + sm.aoff[m] / 16;
-        sraw = 0;
-        for (int j = 0; j < 4; j++)
-            if (kb0 + j < p.KB) sraw |= (uint32_t)__ldg(sp + kb0 + j) << (8 * j);
-    }
-    const uint4 c0 = st.raw[m][ksr][0], c1 = st.raw[m][ksr][1];
-    const uint32_t c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const int m = tid >> 2, ksr = tid & 3, kb0 = (kc + ksr) * 4;
+    if (tid < MOE_TOK * MOE_KC && m < ntok) {
+        uint32_t sraw;
+        if (p.scales4) {
+            sraw = st.raw_s[buf][m][ksr];
+        } else { /* scales not 4-byte aligned: byte loads */
+            const uint8_t *sp = p.a_scales + sm.aoff[m] / 16;
+            sraw = 0;
+            for (int j = 0; j < 4; j++)
+                if (kb0 + j < p.KB) sraw |= (uint32_t)__ldg(sp + kb0 + j) << (8 * j);
+        }
+        const uint4 c0 = st.raw[buf][m][ksr][0], c1 = st.raw[buf][m][ksr][1];
+        const uint32_t c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
-    for (int j = 0; j < 4; j++) { /* k-block kb0 + j: lane t = j of row g = m % 8 */
-        const uint32_t sb = bf2_mul(((((sraw >> (8 * j)) & 0x7Fu) * 0x10001u) << 4), BF16X2_2P120);
-        uint32_t v[8];
+        for (int j = 0; j < 4; j++) { /* k-block kb0 + j: lane t = j of row g = m % 8 */
+            const uint32_t sb =
+                bf2_mul(((((sraw >> (8 * j)) & 0x7Fu) * 0x10001u) << 4), BF16X2_2P120);
+            uint32_t v[8];
 #pragma unroll
-        for (int b = 0; b < 8; b++)
-            v[b] = bf2_mul(sm.lut[(c[2 * j + (b >> 2)] >> (8 * (b & 3))) & 0xFFu], sb);
-        const int lane = (m & 7) * 4 + j;
-        st.u.act[buf][ksr][m >> 3][0][lane] = make_uint4(v[0], v[1], v[2], v[3]);
-        st.u.act[buf][ksr][m >> 3][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
+            for (int b = 0; b < 8; b++)
+                v[b] = bf2_mul(sm.lut[(c[2 * j + (b >> 2)] >> (8 * (b & 3))) & 0xFFu], sb);
+            const int lane = (m & 7) * 4 + j;
+            st.u.act[buf][ksr][m >> 3][0][lane] = make_uint4(v[0], v[1], v[2], v[3]);
+            st.u.act[buf][ksr][m >> 3][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
+        }
     }
+    mbar_arrive(&st.full[buf]);
 }
 
 /* ---- the streaming loop ----------------------------------------------------------------- */
@@ -348,7 +400,7 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
                                                      moe_stage &st, int ksA, int ksB, int ntok,
                                                      const uint4 *const (&cb)[MOE_RT],
                                                      const uint32_t *const (&sb)[MOE_RT],
-                                                     int tid)
+                                                     int tid, unsigned &g0)
 {
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     float acc[MOE_RT][NT][4];
@@ -359,28 +411,54 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
 
-    /* the weight ring first (its loads take longest), then the first stage */
+    /* the weight ring first (its loads take longest), then the first stages.
+     * Stage i of the unit is global stage g0 + i: buffer (g0 + i) % MOE_NB,
+     * its barriers' phase (g0 + i) / MOE_NB. The buffers' earlier users (the
+     * previous unit's stages) are done: the unit starts after a barrier. */
     uint4 wq[MOE_RING][MOE_RT];
     uint32_t wsr[2][MOE_RT], sodd[MOE_RT];
 #pragma unroll
     for (int s = 0; s < MOE_RING - 1; s++) moe_load(wq, wsr, s, cb, sb, ksA + s, ksB);
-    moe_fill_issue<NT>(p, sm, st, 0, ksA, ntok, tid);
-    moe_fill_finish(p, sm, st, 0, ksA, ntok, tid);
-    __syncthreads();
+    const int NS = (ksB - ksA + MOE_KC - 1) / MOE_KC;
+#pragma unroll
+    for (int j = 0; j < MOE_NB - 1; j++) {
+        if (j < NS)
+            moe_fill_issue<NT>(p, sm, st, (g0 + j) % MOE_NB, ksA + j * MOE_KC, ntok, tid);
+        else
+            cp_async_commit(); /* one group a stage, for the waits' counts */
+    }
+    if (!p.w4a16) {
+        cp_async_wait<MOE_NB - 2>();
+        moe_fill_finish(p, sm, st, g0 % MOE_NB, ksA, ntok, tid);
+    }
 
-    int buf = 0;
-    for (int kc = ksA; kc < ksB; kc += MOE_KC) {
-        const bool next = kc + MOE_KC < ksB;
-        if (next) moe_fill_issue<NT>(p, sm, st, buf ^ 1, kc + MOE_KC, ntok, tid);
+    /* No CTA barrier in the loop: a warp may run up to a stage ahead of the
+     * slowest (full barriers: the stage's tokens landed; empty: every warp
+     * is done with the buffer that the next copies overwrite). */
+    for (int i = 0; i < NS; i++) {
+        const unsigned gi = g0 + (unsigned)i;
+        const int buf = (int)(gi % MOE_NB), kc = ksA + i * MOE_KC;
+        if (!p.w4a16 && i + 1 < NS) { /* W4A4: decode stage i + 1 (one newer group) */
+            cp_async_wait<MOE_NB - 3>();
+            moe_fill_finish(p, sm, st, (int)((gi + 1) % MOE_NB), kc + MOE_KC, ntok, tid);
+        }
+        mbar_wait(&st.full[buf], (gi / MOE_NB) & 1u);
 #pragma unroll
         for (int s = 0; s < MOE_KC; s++) {
             moe_load(wq, wsr, (s + MOE_RING - 1) % MOE_RING, cb, sb, kc + s + MOE_RING - 1, ksB);
             moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, st.u.act[buf][s], lane, acc);
         }
-        if (next) moe_fill_finish(p, sm, st, buf ^ 1, kc + MOE_KC, ntok, tid);
-        __syncthreads();
-        buf ^= 1;
+        mbar_arrive(&st.empty[buf]);
+        if (i + MOE_NB - 1 < NS) { /* into the buffer of stage i - 1 */
+            if (i >= 1) mbar_wait(&st.empty[(gi - 1) % MOE_NB], ((gi - 1) / MOE_NB) & 1u);
+            moe_fill_issue<NT>(p, sm, st, (int)((gi + MOE_NB - 1) % MOE_NB),
+                               kc + (MOE_NB - 1) * MOE_KC, ntok, tid);
+        } else {
+            cp_async_commit();
+        }
     }
+    g0 += (unsigned)NS;
+    __syncthreads(); /* every warp is done with the buffers: the tile overlays them */
 
     /* sums -> shared tile [token][row] (the stages are free after the barrier) */
 #pragma unroll
@@ -448,6 +526,11 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
     if (!p.w4a16)
         sm.lut[tid] = e2m1_bf16_bits(tid & 15u) | (e2m1_bf16_bits((unsigned)tid >> 4) << 16);
     if (tid == 0) {
+        for (int b = 0; b < MOE_NB; b++) {
+            mbar_init(&st.full[b], MOE_THREADS);
+            mbar_init(&st.empty[b], MOE_THREADS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         sm.walk.e = 0;
         sm.walk.ubase = 0;
         sm.walk.cbase = 0;
@@ -465,6 +548,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
     __syncthreads();
     const int S = sm.cfg[0], kper = sm.cfg[1];
     const long long units = sm.units;
+    unsigned gstage = 0; /* stages so far: the buffers' barrier phases */
 
     for (long long u = blockIdx.x; u < units; u += gridDim.x) {
         if (warp == 0) {
@@ -503,10 +587,10 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         }
 
         switch (nt) {
-        case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
-        case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
-        case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
-        default: moe_unit_sums<4>(p, sm, st, ksA, ksB, ntok, cb, sb, tid); break;
+        case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
+        case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
+        case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
+        default: moe_unit_sums<4>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
         }
 
         /* the 2^8 of the weights' dequantization */
