@@ -48,6 +48,7 @@ Several modes run one after the other on one build. Modes:
            T = 512 and 8192 beside both baselines (JSON files in OUT)
   moe-stream the streaming MoE path: its tests, memcheck and racecheck, the
            kernel alone, and fp4bench moe on GLM-5 with the baselines
+  moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each
   moe-tree ALT_TREE names another source tree: built into build-alt, its
@@ -89,7 +90,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-quick | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -519,6 +520,17 @@ mode_moe_stream() {
   moe_run glm5-layer --model glm5 --tokens 16,512,2048 --step layer --mode w4a4
 }
 
+# A quick look at a streaming-path change: the grouped kernel's test (every
+# case checked, then timed) and fp4bench moe on GLM-5 at T = 1 and 512.
+mode_moe_quick() {
+  say "== gpu_moe_kernel, then timed (FP4_MOE_TIME=1)"
+  FP4_MOE_TIME=1 timeout 120 ./build-dev/tests/gpu_moe_kernel >"$tmp/mq.txt" 2>&1 ||
+    fail "gpu_moe_kernel (exit $?)"
+  cat "$tmp/mq.txt" >>"$log"
+  grep -E "^TIME|CHECK failed|checks" "$tmp/mq.txt" | head -30
+  moe_run quick --model glm5 --tokens 1,512 --step gate_up,down --backend moe-fp4-sm90
+}
+
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
 # source): built into build-alt, its grouped-kernel test forced onto the wide
 # path and timed, then fp4bench moe on GLM-5 forced wide.
@@ -686,6 +698,7 @@ if [ $built = 1 ]; then
       moe-wide) mode_moe_wide ;;
       moe-prof) mode_moe_prof ;;
       moe-stream) mode_moe_stream ;;
+      moe-quick) mode_moe_quick ;;
       moe-tree) mode_moe_tree ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
