@@ -428,15 +428,21 @@ moe_run() {
   [ $rc -eq 0 ] || fail "moe $name (exit $rc)"
 }
 
-mode_moe() {
-  local rc t=$tmp/moe-ctest.txt SAN
-  say "== ctest -R 'gpu_moe|gpu_engine'"
-  (cd build-dev && ctest --output-on-failure --timeout 400 -R 'gpu_moe|gpu_engine' -j 2) >"$t" 2>&1
+# moe_ctest REGEX: the GPU tests it names (a skipped one fails: no GPU seen)
+moe_ctest() {
+  local rc t=$tmp/moe-ctest.txt
+  say "== ctest -R '$1'"
+  (cd build-dev && ctest --output-on-failure --timeout 400 -R "$1" -j 2) >"$t" 2>&1
   rc=$?
   cat "$t" >>"$log"
   grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
   [ $rc -eq 0 ] || fail "MoE GPU tests (exit $rc)"
   if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped (no GPU seen)"; fi
+}
+
+mode_moe() {
+  local rc SAN
+  moe_ctest 'gpu_moe|gpu_engine'
   say "== the grouped kernel alone (FP4_MOE_TIME=1)"
   FP4_MOE_TIME=1 timeout 300 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -iE "time|us |fail|pass|%" | tail -30 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
@@ -493,13 +499,8 @@ mode_moe_prof() {
 # racecheck on small shapes, the kernel alone, then fp4bench moe on GLM-5 with
 # the baselines (the JSON of bench/results/h200/moe/).
 mode_moe_stream() {
-  local rc t=$tmp/ms-ctest.txt SAN tool
-  say "== ctest -R gpu_moe"
-  (cd build-dev && ctest --output-on-failure --timeout 300 -R 'gpu_moe' -j 2) >"$t" 2>&1
-  rc=$?
-  cat "$t" >>"$log"
-  grep -E "Test +#|tests passed|tests failed" "$t" | tee -a "$log"
-  [ $rc -eq 0 ] || fail "MoE GPU tests (exit $rc)"
+  local rc SAN tool
+  moe_ctest gpu_moe
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   for tool in memcheck racecheck; do
     [ -n "$SAN" ] || break
