@@ -58,6 +58,7 @@
 #include "kernels/sm90/moe_device.cuh"
 #include "kernels/sm90/moe_wide.h"
 #include "kernels/sm90/nibbles.h"
+#include "kernels/sm90/wgmma.cuh"
 
 #define MOE_WARPS 8
 #define MOE_THREADS (32 * MOE_WARPS)
@@ -156,53 +157,10 @@ static __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, i
                  : "memory");
 }
 
-static __device__ __forceinline__ void cp_async_commit(void)
+/* the stage buffers' mbarriers (wgmma.cuh's helpers take shared addresses) */
+static __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* wait until at most N of this thread's cp.async groups are pending */
-template <int N> static __device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-/* ---- mbarriers of the stage buffers ------------------------------------------------ */
-
-static __device__ __forceinline__ unsigned smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbar_init(unsigned long long *bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-                 : "memory");
-}
-
-/* arrive (release: this thread's shared-memory writes before it are seen by
- * the threads that wait for the phase) */
-static __device__ __forceinline__ void mbar_arrive(unsigned long long *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-/* arrive once this thread's earlier cp.asyncs have landed, without waiting
- * for them (counted in the barrier's init count) */
-static __device__ __forceinline__ void cp_async_arrive(unsigned long long *bar)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
-                 : "memory");
-}
-
-/* wait until the phase of this parity completed */
-static __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity)
-{
-    asm volatile("{\n.reg .pred p;\nMOE_MBAR_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra MOE_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
+    return (uint32_t)__cvta_generic_to_shared(p);
 }
 
 static __device__ __forceinline__ void red_add4(float *p, float4 v)
@@ -271,7 +229,7 @@ static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const
             const int m = 8 * n + g;
             cp_async16(dst + n * (2 * 32), sm.arow[m] + kofs, m < ntok && k0 < p.K ? 16 : 0);
         }
-        cp_async_arrive(&st.full[buf]);
+        wg_cp_mbar_arrive(smem_addr(&st.full[buf]));
     } else {
         const int m = tid >> 2, ksr = tid & 3, kb0 = (kc + ksr) * 4;
         if (tid < MOE_TOK * MOE_KC && m < ntok) {
@@ -288,7 +246,7 @@ static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const
                           kb0 < p.KB ? 4 : 0);
         }
     }
-    cp_async_commit();
+    wg_cp_commit();
 }
 
 /* W4A4: finish a stage whose copies are complete (the caller waited for its
@@ -324,7 +282,7 @@ static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, cons
             st.u.act[buf][ksr][m >> 3][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
         }
     }
-    mbar_arrive(&st.full[buf]);
+    wg_mbar_arrive(smem_addr(&st.full[buf]));
 }
 
 /* ---- the streaming loop ----------------------------------------------------------------- */
@@ -428,10 +386,10 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
         if (j < NS)
             moe_fill_issue<NT>(p, sm, st, (g0 + j) % MOE_NB, ksA + j * MOE_KC, ntok, tid);
         else
-            cp_async_commit(); /* one group a stage, for the waits' counts */
+            wg_cp_commit(); /* one group a stage, for the waits' counts */
     }
     if (!p.w4a16) {
-        cp_async_wait<MOE_NB - 2>();
+        wg_cp_wait<MOE_NB - 2>();
         moe_fill_finish(p, sm, st, g0 % MOE_NB, ksA, ntok, tid);
     }
 
@@ -442,22 +400,23 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
         const unsigned gi = g0 + (unsigned)i;
         const int buf = (int)(gi % MOE_NB), kc = ksA + i * MOE_KC;
         if (!p.w4a16 && i + 1 < NS) { /* W4A4: decode stage i + 1 (one newer group) */
-            cp_async_wait<MOE_NB - 3>();
+            wg_cp_wait<MOE_NB - 3>();
             moe_fill_finish(p, sm, st, (int)((gi + 1) % MOE_NB), kc + MOE_KC, ntok, tid);
         }
-        mbar_wait(&st.full[buf], (gi / MOE_NB) & 1u);
+        wg_mbar_wait(smem_addr(&st.full[buf]), (gi / MOE_NB) & 1u);
 #pragma unroll
         for (int s = 0; s < MOE_KC; s++) {
             moe_load(wq, wsr, (s + MOE_RING - 1) % MOE_RING, cb, sb, kc + s + MOE_RING - 1, ksB);
             moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, st.u.act[buf][s], lane, acc);
         }
-        mbar_arrive(&st.empty[buf]);
+        wg_mbar_arrive(smem_addr(&st.empty[buf]));
         if (i + MOE_NB - 1 < NS) { /* into the buffer of stage i - 1 */
-            if (i >= 1) mbar_wait(&st.empty[(gi - 1) % MOE_NB], ((gi - 1) / MOE_NB) & 1u);
+            if (i >= 1)
+                wg_mbar_wait(smem_addr(&st.empty[(gi - 1) % MOE_NB]), ((gi - 1) / MOE_NB) & 1u);
             moe_fill_issue<NT>(p, sm, st, (int)((gi + MOE_NB - 1) % MOE_NB),
                                kc + (MOE_NB - 1) * MOE_KC, ntok, tid);
         } else {
-            cp_async_commit();
+            wg_cp_commit();
         }
     }
     g0 += (unsigned)NS;
@@ -530,10 +489,10 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         sm.lut[tid] = e2m1_bf16_bits(tid & 15u) | (e2m1_bf16_bits((unsigned)tid >> 4) << 16);
     if (tid == 0) {
         for (int b = 0; b < MOE_NB; b++) {
-            mbar_init(&st.full[b], MOE_THREADS);
-            mbar_init(&st.empty[b], MOE_THREADS);
+            wg_mbar_init(smem_addr(&st.full[b]), MOE_THREADS);
+            wg_mbar_init(smem_addr(&st.empty[b]), MOE_THREADS);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        wg_mbar_init_fence();
         sm.walk.e = 0;
         sm.walk.ubase = 0;
         sm.walk.cbase = 0;

@@ -62,6 +62,12 @@ static __device__ __forceinline__ void wg_mbar_arrive(uint32_t bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+/* arrive once this thread's earlier cp.asyncs have landed, without waiting
+ * for them (counted in the barrier's init count) */
+static __device__ __forceinline__ void wg_cp_mbar_arrive(uint32_t bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 /* wait until the phase with this parity of bar completed */
 static __device__ __forceinline__ void wg_mbar_wait(uint32_t bar, uint32_t parity)
 {
