@@ -49,6 +49,8 @@ Several modes run one after the other on one build. Modes:
   moe-stream the streaming MoE path: its tests, memcheck and racecheck, the
            kernel alone, and fp4bench moe on GLM-5 with the baselines
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
+  moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
+           tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each
   moe-tree ALT_TREE names another source tree: built into build-alt, its
@@ -90,7 +92,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-quick | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-quick | moe-ab | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -532,6 +534,34 @@ mode_moe_quick() {
   moe_run quick --model glm5 --tokens 1,512 --step gate_up,down --backend moe-fp4-sm90
 }
 
+# MoE candidates side by side: this tree and each of ALT_TREES (folders with
+# another tree's source) built, each one's grouped-kernel test run, then the
+# same fp4bench moe rows (moe-fp4-sm90 only, GLM-5 at AB_TOKENS, and skewed
+# routing) for every tree in turn.
+mode_moe_ab() {
+  local trees=(.) dirs=(build-dev) i t d rc n=0
+  for t in ${ALT_TREES:-}; do
+    n=$((n + 1))
+    d=build-ab$n
+    if build "$t" "$d"; then trees+=("$t"); dirs+=("$d"); else fail "build of $t"; fi
+  done
+  for i in "${!trees[@]}"; do
+    t=${trees[$i]} d=${dirs[$i]}
+    say "== tree $i: $t ($(cat "$t/.fp4-commit" 2>/dev/null || echo "$commit")): gpu_moe_kernel"
+    timeout 240 "./$d/tests/gpu_moe_kernel" >"$tmp/ab.txt" 2>&1
+    rc=$?
+    cat "$tmp/ab.txt" >>"$log"
+    grep -E "CHECK failed|checks" "$tmp/ab.txt" | tail -3 | tee -a "$log"
+    [ $rc -eq 0 ] || fail "gpu_moe_kernel of $t (exit $rc)"
+  done
+  for i in "${!trees[@]}"; do
+    B=./${dirs[$i]}/fp4bench moe_run "ab$i" --model glm5 --tokens "${AB_TOKENS:-1,512,1024,2048}" \
+      --step gate_up,down --backend moe-fp4-sm90
+    B=./${dirs[$i]}/fp4bench moe_run "ab$i-skewed" --model glm5 --tokens 512,2048 --routing skewed \
+      --zipf 1.2 --step gate_up --backend moe-fp4-sm90
+  done
+}
+
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
 # source): built into build-alt, its grouped-kernel test forced onto the wide
 # path and timed, then fp4bench moe on GLM-5 forced wide.
@@ -700,6 +730,7 @@ if [ $built = 1 ]; then
       moe-prof) mode_moe_prof ;;
       moe-stream) mode_moe_stream ;;
       moe-quick) mode_moe_quick ;;
+      moe-ab) mode_moe_ab ;;
       moe-tree) mode_moe_tree ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
