@@ -15,9 +15,10 @@
  *    expert with every token (several 32-token chunks), skewed routing, split K
  *    (few tokens, long K), K / 16 odd (scales not word-aligned), E = 256 /
  *    top-8 at T = 1, 16 and 512, and sizes where the wide path runs (many
- *    pairs an expert, one expert with 3 chunks, skewed); every case first on
- *    the path its size picks, then forced onto the wide path
- *    (FP4_SM90_MOE_PATH=wide).
+ *    tokens an expert, one expert with 3 chunks, skewed); every case first
+ *    with the split between the paths that its routing gives (the skewed
+ *    case must put experts on both sides), then forced onto the wide path
+ *    and onto the streaming path (FP4_SM90_MOE_PATH).
  * 3. With FP4_MOE_TIME=1: GLM-5's expert GEMMs timed on the path each size
  *    picks, or on the one FP4_SM90_MOE_PATH names (gate_up 256 x [4096 x
  *    6144], down 256 x [6144 x 2048]) in CUDA graphs of 20 launches, cold
@@ -39,6 +40,16 @@
 #include "test_rng.h"
 
 #define CUDA_OK(call) CHECK_MSG((call) == cudaSuccess, "%s", cudaGetErrorString(cudaGetLastError()))
+
+/* the paths a call of this size runs, for the log */
+static const char *path_name(int experts, int top_k, int64_t tokens)
+{
+    int from = 0;
+    const int paths = fp4_sm90_moe_paths(experts, top_k, tokens, &from);
+    return paths == FP4_SM90_MOE_WIDE     ? "wide path"
+           : paths == FP4_SM90_MOE_STREAM ? "streaming path"
+                                          : "both paths (split at 40 tokens or as set)";
+}
 
 /* ---- 1. the value layout ---------------------------------------------------------- */
 
@@ -83,6 +94,7 @@ typedef struct moe_case {
     fp4_moe_route_mode route;
     int w4a16, a_per_pair, combine;
     int all_to_one; /* trace routing: every token to expert 3 (top_k 1) */
+    int split;      /* experts on both sides of the paths' split: each kernel has work */
 } moe_case;
 
 typedef struct host_problem {
@@ -355,22 +367,38 @@ static void check_case(const moe_case *c, uint64_t seed)
         }
     }
     /* the streaming path's split-K workspace came back zeroed (the wide path
-     * keeps its copy of the activations there) */
-    if (g.ws_bytes && !fp4_sm90_moe_path_wide(c->experts, c->top_k, c->tokens)) {
-        uint8_t *w = malloc(g.ws_bytes);
+     * keeps its copy of the activations after it) */
+    const size_t split_ws =
+        fp4_sm90_moe_split_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k);
+    CHECK(split_ws <= g.ws_bytes);
+    if (split_ws && split_ws <= g.ws_bytes) {
+        uint8_t *w = malloc(split_ws);
         CHECK(w != NULL);
         if (w) {
-            CUDA_OK(cudaMemcpy(w, g.ws, g.ws_bytes, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(w, g.ws, split_ws, cudaMemcpyDeviceToHost));
             size_t nz = 0;
-            for (size_t i = 0; i < g.ws_bytes; i++) nz += w[i] != 0;
+            for (size_t i = 0; i < split_ws; i++) nz += w[i] != 0;
             CHECK_MSG(nz == 0, "%s: %zu workspace bytes left non-zero", c->name, nz);
             free(w);
         }
     }
     cudaStreamDestroy(stream);
-    printf("%-34s E %3d k %d T %4lld n %4lld K %4lld %s: active %d, max %d tokens/expert\n", c->name,
-           c->experts, c->top_k, (long long)c->tokens, (long long)c->n, (long long)c->k,
-           c->w4a16 ? "w4a16" : "w4a4 ", h.plan.stats.active_experts, h.plan.stats.max_tokens);
+    if (c->split) { /* the case is built so that both kernels run with work */
+        int from = 0, below = 0, above = 0;
+        const int paths = fp4_sm90_moe_paths(c->experts, c->top_k, c->tokens, &from);
+        for (int e = 0; e < c->experts; e++) {
+            const int cnt = h.plan.expert_counts[e];
+            below += cnt > 0 && cnt < from;
+            above += cnt >= from;
+        }
+        if (paths == (FP4_SM90_MOE_STREAM | FP4_SM90_MOE_WIDE))
+            CHECK_MSG(below > 0 && above > 0, "%s: %d experts below the split, %d above", c->name,
+                      below, above);
+    }
+    printf("%-44s E %3d k %d T %4lld n %4lld K %4lld %s: active %d, max %d tokens/expert, %s\n",
+           c->name, c->experts, c->top_k, (long long)c->tokens, (long long)c->n, (long long)c->k,
+           c->w4a16 ? "w4a16" : "w4a4 ", h.plan.stats.active_experts, h.plan.stats.max_tokens,
+           path_name(c->experts, c->top_k, c->tokens));
 out:
     dev_problem_free(&g);
     host_problem_free(&h, c->experts);
@@ -386,50 +414,57 @@ out:
 static void test_cases(void)
 {
     static const moe_case cases[] = {
-        {"gate_up K=2880 n=272", 8, 2, 37, 272, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 0, 0},
-        {"gate_up K=2880 n=272", 8, 2, 37, 272, 2880, FP4_MOE_ROUTE_RANDOM, 0, 0, 0, 0},
-        {"down odd k-steps + combine", 12, 3, 29, 320, 192, FP4_MOE_ROUTE_RANDOM, 1, 1, 1, 0},
-        {"down odd k-steps + combine", 12, 3, 29, 320, 192, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"idle experts", 16, 2, 5, 264, 512, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
-        {"idle experts", 16, 2, 5, 264, 512, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"one expert, every token", 8, 1, 100, 256, 512, FP4_MOE_ROUTE_TRACE, 1, 0, 1, 1},
-        {"one expert, every token", 8, 1, 100, 256, 512, FP4_MOE_ROUTE_TRACE, 0, 1, 0, 1},
-        {"K/16 odd (K=1040)", 8, 2, 21, 136, 1040, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
-        {"K/16 odd (K=1040)", 8, 2, 21, 136, 1040, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"skewed", 64, 4, 300, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 0, 1, 0},
-        {"skewed", 64, 4, 300, 520, 1024, FP4_MOE_ROUTE_SKEWED, 0, 0, 1, 0},
-        {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
-        {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
-        {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 1, 1, 1, 0},
-        {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 0, 0, 1, 0},
-        {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_BALANCED, 1, 0, 1, 0},
-        {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        /* 40 or more pairs an expert: the wide path by default */
-        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0},
-        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0},
-        {"wide: one expert, 340 tokens", 8, 1, 340, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1},
-        {"wide: skewed", 16, 4, 400, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 1, 1, 0},
+        {"gate_up K=2880 n=272", 8, 2, 37, 272, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 0, 0, 0},
+        {"gate_up K=2880 n=272", 8, 2, 37, 272, 2880, FP4_MOE_ROUTE_RANDOM, 0, 0, 0, 0, 0},
+        {"down odd k-steps + combine", 12, 3, 29, 320, 192, FP4_MOE_ROUTE_RANDOM, 1, 1, 1, 0, 0},
+        {"down odd k-steps + combine", 12, 3, 29, 320, 192, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"idle experts", 16, 2, 5, 264, 512, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"idle experts", 16, 2, 5, 264, 512, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"one expert, every token", 8, 1, 100, 256, 512, FP4_MOE_ROUTE_TRACE, 1, 0, 1, 1, 0},
+        {"one expert, every token", 8, 1, 100, 256, 512, FP4_MOE_ROUTE_TRACE, 0, 1, 0, 1, 0},
+        {"K/16 odd (K=1040)", 8, 2, 21, 136, 1040, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"K/16 odd (K=1040)", 8, 2, 21, 136, 1040, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"skewed", 64, 4, 300, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 0, 1, 0, 1},
+        {"skewed", 64, 4, 300, 520, 1024, FP4_MOE_ROUTE_SKEWED, 0, 0, 1, 0, 1},
+        {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 1, 1, 1, 0, 0},
+        {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 0, 0, 1, 0, 0},
+        {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_BALANCED, 1, 0, 1, 0, 0},
+        {"E256 top8 T=512", 256, 8, 512, 384, 256, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        /* 40 or more tokens an expert: the wide path by default */
+        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"wide: one expert, 340 tokens", 8, 1, 340, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1, 0},
+        {"wide: skewed", 16, 4, 400, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 1, 1, 0, 0},
     };
-    /* each case on the path its size picks, then every case on the wide path */
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 101 + i);
-    if (!getenv("FP4_SM90_MOE_PATH"))
-        CHECK(fp4_sm90_moe_path_wide(8, 2, 300) == 1 && fp4_sm90_moe_path_wide(256, 8, 512) == 0);
+    /* each case with the split its size picks (experts of 40 tokens or more
+     * on the wide path), then every case forced onto each path */
     const char *env_path = getenv("FP4_SM90_MOE_PATH");
     char saved[16] = "";
     if (env_path) snprintf(saved, sizeof saved, "%s", env_path);
-    setenv("FP4_SM90_MOE_PATH", "wide", 1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        moe_case c = cases[i];
-        char name[96];
-        snprintf(name, sizeof name, "%s [wide forced]", cases[i].name);
-        c.name = name;
-        CHECK(fp4_sm90_moe_path_wide(c.experts, c.top_k, c.tokens) == 1);
-        check_case(&c, 101 + i);
+    unsetenv("FP4_SM90_MOE_PATH");
+    const int both = FP4_SM90_MOE_STREAM | FP4_SM90_MOE_WIDE;
+    int from = 0;
+    CHECK(fp4_sm90_moe_paths(256, 8, 39, NULL) == FP4_SM90_MOE_STREAM);
+    CHECK(fp4_sm90_moe_paths(256, 8, 40, &from) == both && from == 40);
+    CHECK(fp4_sm90_moe_paths(8, 2, 300, NULL) == both);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 101 + i);
+    static const char *const forced[2] = {"wide", "stream"};
+    for (int f = 0; f < 2; f++) {
+        setenv("FP4_SM90_MOE_PATH", forced[f], 1);
+        CHECK(fp4_sm90_moe_paths(8, 2, 300, NULL) ==
+              (f == 0 ? FP4_SM90_MOE_WIDE : FP4_SM90_MOE_STREAM));
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            moe_case c = cases[i];
+            char name[96];
+            snprintf(name, sizeof name, "%s [%s forced]", cases[i].name, forced[f]);
+            c.name = name;
+            check_case(&c, 101 + i);
+        }
     }
-    setenv("FP4_SM90_MOE_PATH", "stream", 1);
-    CHECK(fp4_sm90_moe_path_wide(8, 2, 300) == 0);
     if (env_path) setenv("FP4_SM90_MOE_PATH", saved, 1); /* the timing below honours it */
     else unsetenv("FP4_SM90_MOE_PATH");
 }
@@ -622,10 +657,9 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
             sum += us;
         }
         CUDA_OK(cudaGetLastError());
-        printf("TIME %-40s %9.2f us (mean %9.2f)  %7.1f MB  %7.0f GB/s  %5.1f%% of 4.5 TB/s  %s path\n",
+        printf("TIME %-40s %9.2f us (mean %9.2f)  %7.1f MB  %7.0f GB/s  %5.1f%% of 4.5 TB/s  %s\n",
                tc->name, best, sum / reps, bytes / 1e6, bytes / (best * 1e3),
-               100.0 * bytes / (best * 1e3) / 4500.0,
-               fp4_sm90_moe_path_wide(TIME_E, TIME_TOPK, tc->tokens) ? "wide" : "streaming");
+               100.0 * bytes / (best * 1e3) / 4500.0, path_name(TIME_E, TIME_TOPK, tc->tokens));
     }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);

@@ -261,9 +261,17 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
             FP4_CUDA_GOTO(err, st, cudaMemset(c->ws, 0, pl->ws_bytes), fail);
         }
     }
-    snprintf(pl->variant, sizeof pl->variant, "grouped, one launch a GEMM, %s path%s",
-             fp4_sm90_moe_path_wide(E, k, T) ? "wide (wgmma)" : "streaming",
-             layer ? "; plan rebuilt on the device" : "");
+    {
+        int wide_from = 0;
+        const int paths = fp4_sm90_moe_paths(E, k, T, &wide_from);
+        char both[64];
+        snprintf(both, sizeof both, "experts of < %d tokens streaming, the rest wide", wide_from);
+        snprintf(pl->variant, sizeof pl->variant, "grouped, %s%s",
+                 paths == FP4_SM90_MOE_WIDE     ? "one launch a GEMM, wide path (wgmma)"
+                 : paths == FP4_SM90_MOE_STREAM ? "one launch a GEMM, streaming path"
+                                                : both,
+                 layer ? "; plan rebuilt on the device" : "");
+    }
     *out = pl;
     return FP4_OK;
 fail:

@@ -1,8 +1,9 @@
 /* fp4-sm90 MoE: one grouped NVFP4 GEMM over all experts (moe.h). This file
  * holds the streaming path, built for decode, where each expert sees a
- * handful of tokens and the weights' bytes decide the time; from
- * MOE_WIDE_MIN_PAIRS pairs an expert the call goes to the wide path
- * (moe_wide.cu).
+ * handful of tokens and the weights' bytes decide the time. Experts with
+ * MOE_WIDE_MIN_TOKENS tokens or more go to the wide path (moe_wide.cu), a
+ * second launch on the same stream: the split is made on the device from
+ * the expert offsets, so skewed routing sends its hot experts there.
  *
  * - Work units: (expert, chunk of up to 32 of its tokens, block of 256 weight
  *   rows, K split). Only experts with tokens have units. A persistent grid
@@ -30,10 +31,12 @@
  *   e2m1 x e4m3 x 2^-8, exact and normal; one HMUL2 per two weights on the FMA
  *   pipe. The 2^8 goes into the epilogue's alpha.
  * - Tokens: each block stages its chunk's activations into shared memory in
- *   B-fragment order, 4 k-steps a stage in 4 buffers (64 KB of dynamic shared
- *   memory; W4A16: cp.async of the bf16 rows, gathered by pair_index; W4A4:
- *   codes copied by cp.async, then decoded once per block through a 256-entry
- *   byte table times the scale, exact in bf16). All 8 warps (different weight
+ *   B-fragment order, a stage in each of 4 buffers (64 KB of dynamic shared
+ *   memory): 8 k-steps for up to 16 tokens, 4 above, so that a stage at
+ *   decode sizes is as long as at 32 tokens (at 4, one token cost 10% more).
+ *   W4A16: cp.async of the bf16 rows, gathered by pair_index; W4A4: codes
+ *   copied by cp.async, then decoded once per block through a 256-entry
+ *   byte table times the scale, exact in bf16. All 8 warps (different weight
  *   rows) read them. No CTA barrier in the loop: each buffer has a full and an
  *   empty mbarrier, and stage s + 3 is copied once every warp is done with
  *   stage s - 1, so warps drift up to a stage apart (a barrier a stage cost
@@ -66,8 +69,12 @@
 #define MOE_BLOCK_TILES (MOE_WARPS * MOE_RT)  /* 16 tiles */
 #define MOE_ROWS (16 * MOE_BLOCK_TILES)       /* 256 weight rows per block */
 #define MOE_TOK 32                            /* tokens per chunk */
-#define MOE_NT (MOE_TOK / 8)                  /* token tiles per chunk */
-#define MOE_KC 4                              /* k-steps per activation stage */
+/* k-steps a stage: 8 for up to 16 tokens (NT <= 2), 4 above (a stage holds 16
+ * (k-step, token tile) fragments either way); 8 is also the K split's
+ * granularity, so every split is whole stages of both depths */
+#define MOE_KCN(NT) ((NT) <= 2 ? 8 : 4)
+#define MOE_KC_MAX 8
+#define MOE_SLOTS 16                          /* (k-step, token tile) fragments a stage */
 #define MOE_NB 4                              /* activation stage buffers */
 #define MOE_RING 4                            /* register ring slots (loads 3 k-steps ahead) */
 #define MOE_RS (MOE_ROWS + 4)                 /* epilogue row stride (floats): no bank conflicts */
@@ -76,9 +83,10 @@
 /* Split K needs an fp32 row per grouped row: only allowed while that stays small
  * (it is needed only at small T*k, where units are few). */
 #define MOE_SPLIT_WS_CAP ((size_t)16 << 20)
-/* pairs an expert, on average, from which the wide path runs (on the H200,
- * GLM-5 gate_up: the streaming path is faster at 32, the wide one at 64) */
-#define MOE_WIDE_MIN_PAIRS 40
+/* tokens of an expert from which the wide path takes it (on the H200, GLM-5
+ * gate_up with every expert alike: the streaming path is faster at 32 tokens,
+ * the wide one at 64) */
+#define MOE_WIDE_MIN_TOKENS 40
 
 /* ---- parameters and shared memory ---------------------------------------------------- */
 
@@ -96,16 +104,17 @@ typedef struct moe_params {
     int E, top_k, N, K, KB, KS, KS2, tiles, RB, nw;
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
+    int tok_hi;  /* the experts of fewer than tok_hi tokens are this path's */
 } moe_params;
 
 /* Dynamic shared memory (82 KB). */
 typedef struct moe_stage {
     union {
-        uint4 act[MOE_NB][MOE_KC][MOE_NT][2][32]; /* [buffer][k-step][token tile][half][lane] 64 KB */
+        uint4 act[MOE_NB][MOE_SLOTS][2][32]; /* [buffer][k-step x NT + token tile][half][lane] 64 KB */
         float tile[MOE_TOK][MOE_RS];              /* epilogue: [token][row] */
     } u;
-    uint4 raw[MOE_NB][MOE_TOK][MOE_KC][2]; /* W4A4: a token's 4 k-blocks of codes per k-step */
-    uint32_t raw_s[MOE_NB][MOE_TOK][MOE_KC]; /* W4A4: their 4 scales */
+    uint4 raw[MOE_NB][8 * MOE_SLOTS][2]; /* W4A4: [token x KC + k-step] its 4 k-blocks of codes */
+    uint32_t raw_s[MOE_NB][8 * MOE_SLOTS]; /* W4A4: their 4 scales */
     unsigned long long full[MOE_NB], empty[MOE_NB]; /* mbarriers of the buffers */
 } moe_stage;
 
@@ -186,10 +195,10 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
                                          int *kper_out)
 {
     const long long u1 = (long long)chunks * p.RB;
-    int best_s = 1, best_kper = (p.KS + MOE_KC - 1) / MOE_KC * MOE_KC;
+    int best_s = 1, best_kper = (p.KS + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
     long long best_cost = (u1 + grid - 1) / grid * (long long)(p.KS + MOE_SPLIT_OVERHEAD_KS);
     for (int s = 2; s <= p.max_splits; s++) {
-        const int kper = ((p.KS + s - 1) / s + MOE_KC - 1) / MOE_KC * MOE_KC;
+        const int kper = ((p.KS + s - 1) / s + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
         if ((p.KS + kper - 1) / kper != s) continue; /* every split non-empty */
         const long long cost = (u1 * s + grid - 1) / grid * (long long)(kper + MOE_SPLIT_OVERHEAD_KS);
         if (cost < best_cost) {
@@ -204,45 +213,50 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
 
 /* ---- activation stages --------------------------------------------------------------- */
 
-/* Start staging k-steps [kc, kc + MOE_KC) of the chunk's NT token tiles into
+/* Start staging k-steps [kc, kc + KC) of the chunk's NT token tiles into
  * buffer buf, all by cp.async (no registers held over the loop; zeros for k >=
- * K). W4A16: 16-byte pieces (8 k) straight into the buffer, NT a thread: k
- * (tid % 32) * 8 of token 8 n + tid / 32, coalesced along k, branch-free
- * (tokens past the chunk's get zeros); the buffer's full barrier counts the
- * thread's arrival when its copies land. W4A4: one k-step (4 k-blocks) of token
- * tid / 4 a thread (the first MOE_TOK * MOE_KC threads), codes and, when they
- * are one aligned word (scales4), scales into raw[buf]; moe_fill_finish
- * decodes them. One cp.async group a call in both modes. */
+ * K). W4A16: 16-byte pieces (8 k) straight into the buffer, KC / 4 x NT a
+ * thread: k (tid % 32) * 8 of each 4 k-steps of token 8 n + tid / 32,
+ * coalesced along k, branch-free (tokens past the chunk's get zeros); the
+ * buffer's full barrier counts the thread's arrival when its copies land.
+ * W4A4: one k-step (4 k-blocks) of token tid / KC a thread (the first 8 NT x
+ * KC threads), codes and, when they are one aligned word (scales4), scales
+ * into raw[buf]; moe_fill_finish decodes them. One cp.async group a call in
+ * both modes. */
 template <int NT>
 static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const moe_smem &sm,
                                                       moe_stage &st, int buf, int kc, int ntok,
                                                       int tid)
 {
+    constexpr int KC = MOE_KCN(NT);
     if (p.w4a16) {
         const int rem = tid & 31, g = tid >> 5;
         const int ksr = rem >> 3, tt = (rem >> 1) & 3, h = rem & 1;
-        const int k0 = kc * 64 + rem * 8;
-        const unsigned kofs = k0 < p.K ? 2u * (unsigned)k0 : 0u; /* bytes into the row */
-        uint4 *dst = &st.u.act[buf][ksr][0][h][g * 4 + tt];
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            const int m = 8 * n + g;
-            cp_async16(dst + n * (2 * 32), sm.arow[m] + kofs, m < ntok && k0 < p.K ? 16 : 0);
+        for (int q = 0; q < KC / 4; q++) {
+            const int k0 = (kc + 4 * q) * 64 + rem * 8;
+            const unsigned kofs = k0 < p.K ? 2u * (unsigned)k0 : 0u; /* bytes into the row */
+            uint4 *dst = &st.u.act[buf][(4 * q + ksr) * NT][h][g * 4 + tt];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const int m = 8 * n + g;
+                cp_async16(dst + n * (2 * 32), sm.arow[m] + kofs, m < ntok && k0 < p.K ? 16 : 0);
+            }
         }
         wg_cp_mbar_arrive(smem_addr(&st.full[buf]));
     } else {
-        const int m = tid >> 2, ksr = tid & 3, kb0 = (kc + ksr) * 4;
-        if (tid < MOE_TOK * MOE_KC && m < ntok) {
+        const int m = tid / KC, ksr = tid % KC, kb0 = (kc + ksr) * 4;
+        if (tid < 8 * NT * KC && m < ntok) {
             const long long off = sm.aoff[m]; /* row x K: codes at off / 2, scales off / 16 */
             const uint8_t *codes = p.a_codes + off / 2;
-            uint8_t *dst = (uint8_t *)&st.raw[buf][m][ksr][0];
+            uint8_t *dst = (uint8_t *)&st.raw[buf][tid][0];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int kb = kb0 + j;
                 cp_async8(dst + 8 * j, codes + (size_t)(kb < p.KB ? kb : 0) * 8, kb < p.KB ? 8 : 0);
             }
             if (p.scales4)
-                cp_async4(&st.raw_s[buf][m][ksr], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
+                cp_async4(&st.raw_s[buf][tid], p.a_scales + off / 16 + (kb0 < p.KB ? kb0 : 0),
                           kb0 < p.KB ? 4 : 0);
         }
     }
@@ -252,22 +266,24 @@ static __device__ __forceinline__ void moe_fill_issue(const moe_params &p, const
 /* W4A4: finish a stage whose copies are complete (the caller waited for its
  * group): decode this thread's k-step (byte table x scale, exact) into the
  * buffer, then arrive on its full barrier (every thread, with work or not). */
+template <int NT>
 static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, const moe_smem &sm,
                                                        moe_stage &st, int buf, int kc, int ntok,
                                                        int tid)
 {
-    const int m = tid >> 2, ksr = tid & 3, kb0 = (kc + ksr) * 4;
-    if (tid < MOE_TOK * MOE_KC && m < ntok) {
+    constexpr int KC = MOE_KCN(NT);
+    const int m = tid / KC, ksr = tid % KC, kb0 = (kc + ksr) * 4;
+    if (tid < 8 * NT * KC && m < ntok) {
         uint32_t sraw;
         if (p.scales4) {
-            sraw = st.raw_s[buf][m][ksr];
+            sraw = st.raw_s[buf][tid];
         } else { /* scales not 4-byte aligned: byte loads */
             const uint8_t *sp = p.a_scales + sm.aoff[m] / 16;
             sraw = 0;
             for (int j = 0; j < 4; j++)
                 if (kb0 + j < p.KB) sraw |= (uint32_t)__ldg(sp + kb0 + j) << (8 * j);
         }
-        const uint4 c0 = st.raw[buf][m][ksr][0], c1 = st.raw[buf][m][ksr][1];
+        const uint4 c0 = st.raw[buf][tid][0], c1 = st.raw[buf][tid][1];
         const uint32_t c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) { /* k-block kb0 + j: lane t = j of row g = m % 8 */
@@ -278,8 +294,8 @@ static __device__ __forceinline__ void moe_fill_finish(const moe_params &p, cons
             for (int b = 0; b < 8; b++)
                 v[b] = bf2_mul(sm.lut[(c[2 * j + (b >> 2)] >> (8 * (b & 3))) & 0xFFu], sb);
             const int lane = (m & 7) * 4 + j;
-            st.u.act[buf][ksr][m >> 3][0][lane] = make_uint4(v[0], v[1], v[2], v[3]);
-            st.u.act[buf][ksr][m >> 3][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
+            st.u.act[buf][ksr * NT + (m >> 3)][0][lane] = make_uint4(v[0], v[1], v[2], v[3]);
+            st.u.act[buf][ksr * NT + (m >> 3)][1][lane] = make_uint4(v[4], v[5], v[6], v[7]);
         }
     }
     wg_mbar_arrive(smem_addr(&st.full[buf]));
@@ -363,6 +379,8 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
                                                      const uint32_t *const (&sb)[MOE_RT],
                                                      int tid, unsigned &g0)
 {
+    constexpr int KC = MOE_KCN(NT);
+    static_assert(KC * NT <= MOE_SLOTS && KC % 4 == 0 && KC <= MOE_KC_MAX, "stage geometry");
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     float acc[MOE_RT][NT][4];
 #pragma unroll
@@ -380,17 +398,17 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
     uint32_t wsr[2][MOE_RT], sodd[MOE_RT];
 #pragma unroll
     for (int s = 0; s < MOE_RING - 1; s++) moe_load(wq, wsr, s, cb, sb, ksA + s, ksB);
-    const int NS = (ksB - ksA + MOE_KC - 1) / MOE_KC;
+    const int NS = (ksB - ksA + KC - 1) / KC;
 #pragma unroll
     for (int j = 0; j < MOE_NB - 1; j++) {
         if (j < NS)
-            moe_fill_issue<NT>(p, sm, st, (g0 + j) % MOE_NB, ksA + j * MOE_KC, ntok, tid);
+            moe_fill_issue<NT>(p, sm, st, (g0 + j) % MOE_NB, ksA + j * KC, ntok, tid);
         else
             wg_cp_commit(); /* one group a stage, for the waits' counts */
     }
     if (!p.w4a16) {
         wg_cp_wait<MOE_NB - 2>();
-        moe_fill_finish(p, sm, st, g0 % MOE_NB, ksA, ntok, tid);
+        moe_fill_finish<NT>(p, sm, st, g0 % MOE_NB, ksA, ntok, tid);
     }
 
     /* No CTA barrier in the loop: a warp may run up to a stage ahead of the
@@ -398,23 +416,23 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
      * is done with the buffer that the next copies overwrite). */
     for (int i = 0; i < NS; i++) {
         const unsigned gi = g0 + (unsigned)i;
-        const int buf = (int)(gi % MOE_NB), kc = ksA + i * MOE_KC;
+        const int buf = (int)(gi % MOE_NB), kc = ksA + i * KC;
         if (!p.w4a16 && i + 1 < NS) { /* W4A4: decode stage i + 1 (one newer group) */
             wg_cp_wait<MOE_NB - 3>();
-            moe_fill_finish(p, sm, st, (int)((gi + 1) % MOE_NB), kc + MOE_KC, ntok, tid);
+            moe_fill_finish<NT>(p, sm, st, (int)((gi + 1) % MOE_NB), kc + KC, ntok, tid);
         }
         wg_mbar_wait(smem_addr(&st.full[buf]), (gi / MOE_NB) & 1u);
 #pragma unroll
-        for (int s = 0; s < MOE_KC; s++) {
+        for (int s = 0; s < KC; s++) {
             moe_load(wq, wsr, (s + MOE_RING - 1) % MOE_RING, cb, sb, kc + s + MOE_RING - 1, ksB);
-            moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, st.u.act[buf][s], lane, acc);
+            moe_kstep<NT>(wq, wsr, sodd, s % MOE_RING, &st.u.act[buf][s * NT], lane, acc);
         }
         wg_mbar_arrive(smem_addr(&st.empty[buf]));
         if (i + MOE_NB - 1 < NS) { /* into the buffer of stage i - 1 */
             if (i >= 1)
                 wg_mbar_wait(smem_addr(&st.empty[(gi - 1) % MOE_NB]), ((gi - 1) / MOE_NB) & 1u);
             moe_fill_issue<NT>(p, sm, st, (int)((gi + MOE_NB - 1) % MOE_NB),
-                               kc + (MOE_NB - 1) * MOE_KC, ntok, tid);
+                               kc + (MOE_NB - 1) * KC, ntok, tid);
         } else {
             wg_cp_commit();
         }
@@ -498,7 +516,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         sm.walk.cbase = 0;
     }
     if (warp == 0) {
-        const int chunks = moe_total_chunks(p.off, p.E, MOE_TOK, lane);
+        const int chunks = moe_total_chunks(p.off, p.E, MOE_TOK, 0, p.tok_hi, lane);
         int S, kper;
         moe_choose_splits(p, chunks, (int)gridDim.x, &S, &kper);
         if (lane == 0) {
@@ -516,7 +534,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         if (warp == 0) {
             int un[5];
             moe_walk walk = sm.walk;
-            moe_find_unit(p.off, p.E, p.RB, S, MOE_TOK, u, &walk, lane, un);
+            moe_find_unit(p.off, p.E, p.RB, S, MOE_TOK, 0, p.tok_hi, u, &walk, lane, un);
             const int r0 = p.off[un[0]] + un[1] * MOE_TOK;
             const int ntok = min(MOE_TOK, p.off[un[0] + 1] - r0);
             /* tokens past the chunk's: row 0 (copied as zeros, never stored) */
@@ -640,15 +658,29 @@ static int moe_dims_ok(int experts, int top_k, int64_t tokens, int64_t n, int64_
 
 static int64_t moe_nw(int64_t n) { return (n + 3) / 4 * 4; }
 
-/* The wide path (moe_wide.cu) from MOE_WIDE_MIN_PAIRS (token, slot) pairs an
- * expert on average; FP4_SM90_MOE_PATH=wide or =stream forces one (tests and
- * measurements). */
-static int moe_wide_chosen(int experts, int top_k, int64_t tokens)
+/* The kernels a call runs (FP4_SM90_MOE_STREAM | FP4_SM90_MOE_WIDE) and the
+ * token count from which an expert is the wide path's (*wide_from; INT_MAX
+ * when the wide kernel does not run). An expert sees a token at most once
+ * (a token's top-k experts differ), so below wide_from tokens only the
+ * streaming kernel runs; were an expert to see more, it would still be
+ * computed, by the streaming kernel, which then takes every expert.
+ * FP4_SM90_MOE_PATH=wide or =stream forces one path for all experts, and
+ * FP4_SM90_MOE_WIDE_TOKENS=n moves the split (tests and measurements). */
+static int moe_paths_for(int64_t tokens, int *wide_from)
 {
     const char *force = getenv("FP4_SM90_MOE_PATH");
-    if (force && strcmp(force, "wide") == 0) return 1;
-    if (force && strcmp(force, "stream") == 0) return 0;
-    return tokens * top_k >= (int64_t)MOE_WIDE_MIN_PAIRS * experts;
+    if (force && strcmp(force, "wide") == 0) {
+        *wide_from = 0;
+        return FP4_SM90_MOE_WIDE;
+    }
+    *wide_from = INT_MAX;
+    if (force && strcmp(force, "stream") == 0) return FP4_SM90_MOE_STREAM;
+    int from = MOE_WIDE_MIN_TOKENS;
+    const char *env_from = getenv("FP4_SM90_MOE_WIDE_TOKENS");
+    if (env_from && atoi(env_from) > 0) from = atoi(env_from);
+    if (tokens < from) return FP4_SM90_MOE_STREAM;
+    *wide_from = from;
+    return FP4_SM90_MOE_STREAM | FP4_SM90_MOE_WIDE;
 }
 
 static int moe_split_allowed(int top_k, int64_t tokens, int64_t n)
@@ -663,6 +695,17 @@ static size_t moe_counters_bytes(int experts, int top_k, int64_t tokens, int64_t
     const int64_t rb = (n + MOE_ROWS - 1) / MOE_ROWS;
     return ((size_t)chunks * (size_t)rb * sizeof(unsigned) + 15) / 16 * 16;
 }
+
+/* The workspace: the streaming path's split-K counters and sums first (kept
+ * zeroed), then, 256-byte aligned, the wide path's activation copy. */
+static size_t moe_split_ws_bytes(int paths, int experts, int top_k, int64_t tokens, int64_t n)
+{
+    if (!(paths & FP4_SM90_MOE_STREAM) || !moe_split_allowed(top_k, tokens, n)) return 0;
+    return moe_counters_bytes(experts, top_k, tokens, n) +
+           (size_t)(tokens * top_k) * (size_t)moe_nw(n) * sizeof(float);
+}
+
+static size_t moe_align256(size_t b) { return (b + 255) / 256 * 256; }
 
 /* The optional combine of D into d_combined (moe.h). */
 static fp4_status moe_combine(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
@@ -757,16 +800,40 @@ size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64
                                    int a_per_pair)
 {
     if (!moe_dims_ok(experts, top_k, tokens, n, k)) return 0;
-    if (moe_wide_chosen(experts, top_k, tokens))
-        return fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
-    if (!moe_split_allowed(top_k, tokens, n)) return 0;
-    return moe_counters_bytes(experts, top_k, tokens, n) +
-           (size_t)(tokens * top_k) * (size_t)moe_nw(n) * sizeof(float);
+    int wide_from = 0;
+    const int paths = moe_paths_for(tokens, &wide_from);
+    const size_t split = moe_split_ws_bytes(paths, experts, top_k, tokens, n);
+    if (!(paths & FP4_SM90_MOE_WIDE)) return split;
+    return moe_align256(split) + fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
 }
 
-int fp4_sm90_moe_path_wide(int experts, int top_k, int64_t tokens)
+size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens, int64_t n,
+                                         int64_t k)
 {
-    return moe_wide_chosen(experts, top_k, tokens);
+    if (!moe_dims_ok(experts, top_k, tokens, n, k)) return 0;
+    int wide_from = 0;
+    return moe_split_ws_bytes(moe_paths_for(tokens, &wide_from), experts, top_k, tokens, n);
+}
+
+/* moe_paths_for, less the wide kernel where this GPU cannot run it (unless
+ * forced: the call then fails as unsupported); the streaming kernel then
+ * takes every expert. */
+static int moe_paths_here(int64_t tokens, int *wide_from)
+{
+    const int paths = moe_paths_for(tokens, wide_from);
+    if (paths == (FP4_SM90_MOE_STREAM | FP4_SM90_MOE_WIDE) && !fp4_sm90_moe_wide_runs_here()) {
+        *wide_from = INT_MAX;
+        return FP4_SM90_MOE_STREAM;
+    }
+    return paths;
+}
+
+int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from)
+{
+    int from = INT_MAX;
+    const int paths = experts >= 1 && top_k >= 1 && tokens >= 1 ? moe_paths_here(tokens, &from) : 0;
+    if (wide_from) *wide_from = from;
+    return paths;
 }
 
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
@@ -795,7 +862,10 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
                                                   a->a_per_pair);
     if (ws && (!a->workspace || a->workspace_bytes < ws))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 moe: needs a %zu-byte workspace", ws);
-    const int wide = moe_wide_chosen(a->experts, a->top_k, a->tokens);
+    int wide_from = INT_MAX;
+    const int paths = moe_paths_here(a->tokens, &wide_from);
+    const size_t split_ws = fp4_sm90_moe_split_workspace_size(a->experts, a->top_k, a->tokens,
+                                                              a->n, a->k);
 
     moe_params p;
     memset(&p, 0, sizeof p);
@@ -825,19 +895,23 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
     p.vec_out = a->n % 8 == 0 && ((uintptr_t)a->d & 15) == 0;
     p.scales4 = (a->k / 16) % 4 == 0 && ((uintptr_t)a->a_scales & 3) == 0;
     p.max_splits = 1;
-    if (ws) {
+    p.tok_hi = wide_from;
+    if (split_ws) {
         p.counters = (unsigned *)a->workspace;
         p.ws = (float *)((char *)a->workspace +
                          moe_counters_bytes(a->experts, a->top_k, a->tokens, a->n));
-        const int stages = (p.KS + MOE_KC - 1) / MOE_KC;
+        const int stages = (p.KS + MOE_KC_MAX - 1) / MOE_KC_MAX;
         p.max_splits = stages < MOE_MAX_SPLITS ? stages : MOE_MAX_SPLITS;
     }
 
-    if (wide) {
+    if (paths & FP4_SM90_MOE_WIDE) {
         const moe_wide_geom g = {p.expert_stride, p.codes_bytes, p.tiles, p.KS, p.KS2};
-        const fp4_status st = fp4_sm90_moe_wide_launch(a, &g, stream, err);
+        const size_t off = moe_align256(split_ws);
+        const fp4_status st =
+            fp4_sm90_moe_wide_launch(a, &g, wide_from, (char *)a->workspace + off,
+                                     a->workspace_bytes - off, stream, err);
         if (st != FP4_OK) return st;
-        return moe_combine(a, stream, err);
+        if (!(paths & FP4_SM90_MOE_STREAM)) return moe_combine(a, stream, err);
     }
 
     int dev = 0, sms = 0, per_sm = 0;

@@ -55,22 +55,31 @@ typedef struct fp4_sm90_moe_args {
 } fp4_sm90_moe_args;
 
 /* Device workspace bytes a call needs (0: none, workspace may be NULL), for
- * the call's a_per_pair. The streaming path needs one only when there are too
- * few output tiles to fill the GPU (small T*k) and K is then split across
- * blocks: it must be zeroed once (cudaMemset) before the first call; every
- * call leaves it zeroed, so calls replay in a CUDA graph. The wide path
- * (fp4_sm90_moe_path_wide) keeps its bf16 copy of the activations there
- * (rows x K x 2 bytes, rewritten by every call). Calls sharing a workspace
- * must be serialised (one stream). */
+ * the call's a_per_pair. It must be zeroed once (cudaMemset) before the first
+ * call. Its first fp4_sm90_moe_split_workspace_size bytes are the streaming
+ * path's split-K counters and sums (K is split across blocks when there are
+ * too few output tiles to fill the GPU, at small T*k); every call leaves them
+ * zeroed, so calls replay in a CUDA graph. Where the wide path runs, it keeps
+ * its bf16 copy of the activations after them (rows x K x 2 bytes, rewritten
+ * by every call). Calls sharing a workspace must be serialised (one stream). */
 size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k,
                                    int a_per_pair);
+size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens, int64_t n,
+                                         int64_t k);
 
-/* 1 when calls of this size run the wide path: wgmma, each weight decoded
- * once for up to 128 tokens; from 40 (token, slot) pairs an expert on
- * average, or as FP4_SM90_MOE_PATH (wide / stream) forces. 0: the streaming
- * path, weights decoded for every 32 tokens on mma.sync, split K when units
- * are few. */
-int fp4_sm90_moe_path_wide(int experts, int top_k, int64_t tokens);
+/* The two paths, chosen per expert on the device from its token count:
+ * - streaming (experts with fewer than 40 tokens): mma.sync, the weights
+ *   decoded for every 32 tokens, split K when units are few;
+ * - wide (40 tokens or more): wgmma, each weight decoded once for up to 128
+ *   tokens, after a prepass that copies the activations to bf16.
+ * Each path is one launch over its experts. fp4_sm90_moe_paths says which
+ * launches a call of this size makes on this GPU: the wide one only from T =
+ * 40 (an expert sees a token at most once), both where some expert may reach
+ * 40 (each finds its own experts); *wide_from (may be NULL) gets the split. FP4_SM90_MOE_PATH=stream or =wide forces
+ * one path for every expert; FP4_SM90_MOE_WIDE_TOKENS=n moves the split. */
+#define FP4_SM90_MOE_STREAM 1
+#define FP4_SM90_MOE_WIDE 2
+int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from);
 
 /* Asynchronous on stream, no allocation, no host sync, graph-capturable. Experts with 0 tokens cost nothing. */
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err);

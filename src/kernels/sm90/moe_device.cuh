@@ -62,20 +62,28 @@ static __device__ __forceinline__ void scale_pair(uint32_t w, uint32_t *even, ui
     *odd = bf2_mul(bf2_mul((w >> 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
 }
 
+/* The chunks of `tok` tokens of an expert of cnt tokens on a path that takes
+ * the experts of [lo, hi) tokens (the two paths split the experts by their
+ * token counts); none outside. */
+static __device__ __forceinline__ int moe_expert_chunks(int cnt, int tok, int lo, int hi)
+{
+    return cnt >= lo && cnt < hi ? (cnt + tok - 1) / tok : 0;
+}
+
 /* Warp 0: unit u (>= every unit found before) -> expert, chunk, row block,
  * split, global chunk index; all lanes get the same values. Units are
  * ordered by expert, then row block and split, then chunk (chunks of one
  * weight block are neighbours, so their weight reads meet in L2). off: the
- * E + 1 expert offsets; an expert of cnt tokens has ceil(cnt / tok) chunks,
- * each with RB x S units. */
-static __device__ void moe_find_unit(const int32_t *off, int E, int RB, int S, int tok,
-                                     long long u, moe_walk *w, int lane, int out[5])
+ * E + 1 expert offsets; an expert of cnt tokens in [lo, hi) has ceil(cnt /
+ * tok) chunks, each with RB x S units; the others have none. */
+static __device__ void moe_find_unit(const int32_t *off, int E, int RB, int S, int tok, int lo,
+                                     int hi, long long u, moe_walk *w, int lane, int out[5])
 {
     const long long per = (long long)RB * S; /* units per chunk */
     for (;;) {
         const int e = w->e + lane;
         const int cnt = e < E ? off[e + 1] - off[e] : 0;
-        const int ch = (cnt + tok - 1) / tok;
+        const int ch = moe_expert_chunks(cnt, tok, lo, hi);
         int incl = ch;
         for (int d = 1; d < 32; d <<= 1) {
             const int v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -106,13 +114,14 @@ static __device__ void moe_find_unit(const int32_t *off, int E, int RB, int S, i
     }
 }
 
-/* Warp 0: sum over experts of ceil(tokens / tok) (the chunks). */
-static __device__ int moe_total_chunks(const int32_t *off, int E, int tok, int lane)
+/* Warp 0: the chunks of all experts of [lo, hi) tokens (moe_expert_chunks). */
+static __device__ int moe_total_chunks(const int32_t *off, int E, int tok, int lo, int hi,
+                                       int lane)
 {
     int sum = 0;
     for (int e0 = 0; e0 < E; e0 += 32) {
         const int e = e0 + lane;
-        if (e < E) sum += (off[e + 1] - off[e] + tok - 1) / tok;
+        if (e < E) sum += moe_expert_chunks(off[e + 1] - off[e], tok, lo, hi);
     }
     for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
     return sum;

@@ -67,6 +67,7 @@ typedef struct mw_params {
     size_t expert_stride, codes_bytes;
     float a_global;
     int E, top_k, N, KS, KSP, KS2, tiles, RB, a_per_pair, vec_out;
+    int tok_lo; /* the experts of at least tok_lo tokens are this path's */
 } mw_params;
 
 /* k-steps padded to whole ring turns: the loop has no tail */
@@ -92,13 +93,20 @@ static __device__ __forceinline__ float mw_e4m3(uint32_t b)
 }
 
 /* One thread a (row, k-step): the step's 32 bf16 pairs (k >= K zero) in the
- * permuted order, 128 bytes. */
+ * permuted order, 128 bytes. Nothing when no expert has tok_lo tokens (the
+ * streaming path then has them all). */
 __global__ void __launch_bounds__(256)
     fp4_sm90_moe_wide_prep_kernel(const uint16_t *__restrict__ a_bf16,
                                   const uint8_t *__restrict__ a_codes,
                                   const uint8_t *__restrict__ a_scales, int w4a16, int K, int KSP,
-                                  long long rows, uint4 *__restrict__ out)
+                                  long long rows, const int32_t *__restrict__ off, int E,
+                                  int tok_lo, uint4 *__restrict__ out)
 {
+    if (tok_lo > 1) {
+        int found = 0;
+        for (int e = threadIdx.x; e < E && !found; e += 256) found = off[e + 1] - off[e] >= tok_lo;
+        if (!__syncthreads_or(found)) return;
+    }
     const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;
     if (idx >= rows * KSP) return;
     const long long row = idx / KSP;
@@ -309,7 +317,7 @@ __global__ void __launch_bounds__(MW_THREADS, 1) fp4_sm90_moe_wide_kernel(const 
     const size_t arow_bytes = (size_t)p.KSP * 128;
 
     if (warp == 0) {
-        const int chunks = moe_total_chunks(p.off, p.E, MW_TOK, lane);
+        const int chunks = moe_total_chunks(p.off, p.E, MW_TOK, p.tok_lo, INT_MAX, lane);
         if (lane == 0) {
             units_all = (long long)chunks * p.RB;
             walk.e = 0;
@@ -324,7 +332,7 @@ __global__ void __launch_bounds__(MW_THREADS, 1) fp4_sm90_moe_wide_kernel(const 
         if (warp == 0) {
             int un[5];
             moe_walk w = walk;
-            moe_find_unit(p.off, p.E, p.RB, 1, MW_TOK, u, &w, lane, un);
+            moe_find_unit(p.off, p.E, p.RB, 1, MW_TOK, p.tok_lo, INT_MAX, u, &w, lane, un);
             const int e = un[0], base = p.off[e], cnt = p.off[e + 1] - base;
             const int nch = (cnt + MW_TOK - 1) / MW_TOK; /* chunks of equal size */
             const int c0 = (int)((long long)un[1] * cnt / nch);
@@ -372,19 +380,26 @@ size_t fp4_sm90_moe_wide_ws_size(int64_t rows, int64_t k)
     return (size_t)rows * (size_t)mw_ksp(k) * 128;
 }
 
-fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_geom *g,
-                                    cudaStream_t stream, fp4_err *err)
+int fp4_sm90_moe_wide_runs_here(void)
+{
+    return fp4_sm90_wgmma_runs_here((const void *)fp4_sm90_moe_wide_kernel, "moe wide", NULL) ==
+           FP4_OK;
+}
+
+fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_geom *g, int tok_lo,
+                                    void *workspace, size_t workspace_bytes, cudaStream_t stream,
+                                    fp4_err *err)
 {
     fp4_status st = fp4_sm90_wgmma_runs_here((const void *)fp4_sm90_moe_wide_kernel, "moe wide", err);
     if (st != FP4_OK) return st;
     const int64_t rows = a->a_per_pair ? a->tokens * a->top_k : a->tokens;
     const size_t need = fp4_sm90_moe_wide_ws_size(rows, a->k);
-    if (!a->workspace || a->workspace_bytes < need)
+    if (!workspace || workspace_bytes < need)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 moe: needs a %zu-byte workspace", need);
 
     mw_params p;
     memset(&p, 0, sizeof p);
-    p.a = (const uint16_t *)a->workspace;
+    p.a = (const uint16_t *)workspace;
     p.off = a->expert_offsets;
     p.pair_index = a->pair_index;
     p.b = (const uint8_t *)a->b_packed;
@@ -403,6 +418,7 @@ fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_g
     p.RB = (int)((a->n + MW_ROWS - 1) / MW_ROWS);
     p.a_per_pair = a->a_per_pair != 0;
     p.vec_out = a->n % 8 == 0 && ((uintptr_t)a->d & 15) == 0;
+    p.tok_lo = tok_lo;
 
     const long long threads = (long long)rows * p.KSP;
     const long long blocks = (threads + 255) / 256;
@@ -410,7 +426,7 @@ fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_g
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 moe: prepass grid too large");
     fp4_sm90_moe_wide_prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
         (const uint16_t *)a->a_bf16, a->a_codes, a->a_scales, a->w4a16 != 0, (int)a->k, p.KSP,
-        (long long)rows, (uint4 *)a->workspace);
+        (long long)rows, a->expert_offsets, a->experts, tok_lo, (uint4 *)workspace);
     FP4_CUDA_LAUNCH_TRY(err);
 
     int dev = 0, sms = 0, per_sm = 0;

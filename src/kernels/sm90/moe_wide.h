@@ -26,13 +26,18 @@ typedef struct moe_wide_geom {
  * to bf16 in the order the kernel reads them. */
 size_t fp4_sm90_moe_wide_ws_size(int64_t rows, int64_t k);
 
-/* Enqueue the prepass and the wide kernel for the call a (checked by the
- * caller; its workspace holds fp4_sm90_moe_wide_ws_size bytes for the
- * activation rows: T, or T * top-k with a_per_pair). Writes a->d; the
- * combine is the caller's. FP4_ERR_UNSUPPORTED where the build has no sm_90a
- * code for this GPU. */
-fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_geom *g,
-                                    cudaStream_t stream, fp4_err *err);
+/* 1 when this GPU runs the wide kernel (sm_90 and a build with sm_90a code). */
+int fp4_sm90_moe_wide_runs_here(void);
+
+/* Enqueue the prepass and the wide kernel for the experts of the call a
+ * (checked by the caller) that have at least tok_lo tokens (the streaming
+ * path takes the others; 0: all). workspace holds fp4_sm90_moe_wide_ws_size
+ * bytes for the activation rows (T, or T * top-k with a_per_pair). Writes
+ * those experts' rows of a->d; the combine is the caller's.
+ * FP4_ERR_UNSUPPORTED where the build has no sm_90a code for this GPU. */
+fp4_status fp4_sm90_moe_wide_launch(const fp4_sm90_moe_args *a, const moe_wide_geom *g, int tok_lo,
+                                    void *workspace, size_t workspace_bytes, cudaStream_t stream,
+                                    fp4_err *err);
 
 #ifdef __cplusplus
 }
