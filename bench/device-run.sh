@@ -504,15 +504,20 @@ mode_moe_stream() {
   local rc SAN tool
   moe_ctest gpu_moe
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  # random routing at T = 1 and 77 (the streaming kernel only), skewed at 77
+  # (its hot experts on the wide kernel, the rest streaming)
   for tool in memcheck racecheck; do
     [ -n "$SAN" ] || break
-    timeout -k 10 150 "$SAN" --tool $tool --error-exitcode 9 $B moe --dims 2048,768,128,8 \
-      --tokens 1,77 --step gate_up,down --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only \
-      --quiet >"$tmp/san.txt" 2>&1
-    rc=$?
-    head -60 "$tmp/san.txt" >>"$log"
-    say "$tool moe-fp4-sm90 streaming path (2048,768,128,8; T = 1, 77; both steps and modes): exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$tmp/san.txt" | tail -1)"
-    [ $rc -eq 0 ] || fail "$tool moe (exit $rc)"
+    for routing in random skewed; do
+      timeout -k 10 150 "$SAN" --tool $tool --error-exitcode 9 $B moe --dims 2048,768,128,8 \
+        $([ $routing = random ] && echo "--tokens 1,77" || echo "--tokens 77 --routing skewed --zipf 1.2") \
+        --step gate_up,down --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only \
+        --quiet >"$tmp/san.txt" 2>&1
+      rc=$?
+      head -60 "$tmp/san.txt" >>"$log"
+      say "$tool moe-fp4-sm90 (2048,768,128,8; $routing routing; both steps and modes): exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$tmp/san.txt" | tail -1)"
+      [ $rc -eq 0 ] || fail "$tool moe $routing (exit $rc)"
+    done
   done
   say "== the grouped kernel alone (FP4_MOE_TIME=1)"
   FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -E "^TIME|checks" | tee -a "$log"
@@ -535,9 +540,10 @@ mode_moe_quick() {
 }
 
 # MoE candidates side by side: this tree and each of ALT_TREES (folders with
-# another tree's source) built, each one's grouped-kernel test run, then the
-# same fp4bench moe rows (moe-fp4-sm90 only, GLM-5 at AB_TOKENS, and skewed
-# routing) for every tree in turn.
+# another tree's source) built, each one's grouped-kernel test run (only this
+# tree's with AB_CHECK=first), then the same fp4bench moe rows (moe-fp4-sm90
+# only, no ceilings: GLM-5 at AB_TOKENS, and skewed routing) for every tree
+# in turn.
 mode_moe_ab() {
   local trees=(.) dirs=(build-dev) i t d rc n=0
   for t in ${ALT_TREES:-}; do
@@ -547,6 +553,7 @@ mode_moe_ab() {
   done
   for i in "${!trees[@]}"; do
     t=${trees[$i]} d=${dirs[$i]}
+    [ "${AB_CHECK:-all}" = first ] && [ "$i" -gt 0 ] && break
     say "== tree $i: $t ($(cat "$t/.fp4-commit" 2>/dev/null || echo "$commit")): gpu_moe_kernel"
     timeout 240 "./$d/tests/gpu_moe_kernel" >"$tmp/ab.txt" 2>&1
     rc=$?
@@ -556,9 +563,9 @@ mode_moe_ab() {
   done
   for i in "${!trees[@]}"; do
     B=./${dirs[$i]}/fp4bench moe_run "ab$i" --model glm5 --tokens "${AB_TOKENS:-1,512,1024,2048}" \
-      --step gate_up,down --backend moe-fp4-sm90
+      --step gate_up,down --backend moe-fp4-sm90 --no-ceilings
     B=./${dirs[$i]}/fp4bench moe_run "ab$i-skewed" --model glm5 --tokens 512,2048 --routing skewed \
-      --zipf 1.2 --step gate_up --backend moe-fp4-sm90
+      --zipf 1.2 --step gate_up --backend moe-fp4-sm90 --no-ceilings
   done
 }
 
