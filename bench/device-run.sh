@@ -31,11 +31,7 @@ Several modes run one after the other on one build. Modes:
            alone (within 2%); the planted faults (tests/plugins/plugin_fault.c:
            a backend ignoring the copy index, an off-by-one-code quantizer, a 5%
            wrong fp8 alpha) each FAILED with exit 1
-  moe      build; the MoE GPU tests (gpu_moe, gpu_moe_kernel), the grouped
-           kernel timed alone (FP4_MOE_TIME=1), compute-sanitizer memcheck on
-           small MoE layers, then fp4bench moe beside the baselines: GLM-5
-           gate_up/down at T = 1, 512, 2048, 8192; skewed routing; the layer in
-           W4A4 and W4A16; gpt-oss-120b (JSON files in OUT)
+  moe      moe-stream, then moe-models: every JSON of bench/results/h200/moe/
   multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
            (JSON in OUT)
   moe-wide build; the grouped kernel's test with every case on the wide path
@@ -46,8 +42,12 @@ Several modes run one after the other on one build. Modes:
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
-  moe-stream the streaming MoE path: its tests, memcheck and racecheck, the
-           kernel alone, and fp4bench moe on GLM-5 with the baselines
+  moe-stream build; the MoE GPU tests, memcheck and racecheck on small MoE
+           layers (random and skewed routing), the grouped kernel timed alone
+           (FP4_MOE_TIME=1), then fp4bench moe beside the baselines: GLM-5
+           gate_up/down at T = 1 .. 8192, skewed routing, the layer (JSON in OUT)
+  moe-models build; fp4bench moe: GLM-5 in W4A16 beside moe-cublas-bf16,
+           gpt-oss-120b gate_up, down and the layer (JSON in OUT)
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
@@ -92,7 +92,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-quick | moe-ab | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -442,28 +442,15 @@ moe_ctest() {
   if grep -E "Test +#[0-9]+: gpu_" "$t" | grep -q "Skipped"; then fail "GPU tests skipped (no GPU seen)"; fi
 }
 
+# Every MoE check and measurement: moe-stream, then moe-models.
 mode_moe() {
-  local rc SAN
-  moe_ctest 'gpu_moe|gpu_engine'
-  say "== the grouped kernel alone (FP4_MOE_TIME=1)"
-  FP4_MOE_TIME=1 timeout 300 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -iE "time|us |fail|pass|%" | tail -30 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
-  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  if [ -n "$SAN" ]; then
-    local tok
-    for tok in 32; do
-      timeout -k 10 300 "$SAN" --tool memcheck --error-exitcode 9 $B moe --dims 2048,768,128,8 \
-        --tokens 1,77,700 --step gate_up,down,layer --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only --quiet \
-        >"$tmp/san.txt" 2>&1
-      rc=$?
-      head -100 "$tmp/san.txt" >>"$log"
-      say "memcheck moe-fp4-sm90 (2048,768,128,8; T = 1, 77, 700; every step and mode): exit $rc; $(grep -E "ERROR SUMMARY" "$tmp/san.txt" | tail -1)"
-      [ $rc -eq 0 ] || fail "memcheck moe (exit $rc)"
-    done
-  fi
-  moe_run glm5 --model glm5 --tokens 1,512,2048,8192 --step gate_up,down
-  moe_run glm5-skewed --model glm5 --tokens 512 --routing skewed --zipf 1.2 --step gate_up,down
-  moe_run glm5-layer --model glm5 --tokens 16,512 --step layer --mode w4a4,w4a16
+  mode_moe_stream
+  mode_moe_models
+}
+
+# The MoE rows beyond GLM-5 W4A4: GLM-5 in W4A16 beside moe-cublas-bf16, and
+# gpt-oss-120b (K = 2880) with every backend and the layer.
+mode_moe_models() {
   moe_run glm5-w4a16 --model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16 \
     --backend moe-cublas-bf16,moe-fp4-sm90
   moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
@@ -736,6 +723,7 @@ if [ $built = 1 ]; then
       moe-wide) mode_moe_wide ;;
       moe-prof) mode_moe_prof ;;
       moe-stream) mode_moe_stream ;;
+      moe-models) mode_moe_models ;;
       moe-quick) mode_moe_quick ;;
       moe-ab) mode_moe_ab ;;
       moe-tree) mode_moe_tree ;;
