@@ -15,11 +15,12 @@ usage:
                       (exit 1 when a region differs from what --update writes)
   bench/perf_table.py --print NAME RESULT.json [MORE.json ...]
   bench/perf_table.py --list
-e.g. bench/perf_table.py --update bench/results/h200/baseline.json README.md docs/PERF.md
+e.g. bench/perf_table.py --update bench/results/h200/baseline.json \
+       bench/results/h200/moe/*.json README.md docs/PERF.md
 
-Several JSON files are merged shape by shape: all rows of a shape come from the
-first file that has it (so paired ratios stay within one run); the ceilings
-come from the first file that measured them.
+Several JSON files are merged shape by shape (MoE rows case by case): all rows
+of a shape come from the first file that has it (so paired ratios stay within
+one run); the ceilings come from the first file that measured them.
 
 Regions:
   ceilings             measured read bandwidth and tensor rates against the datasheet
@@ -27,6 +28,11 @@ Regions:
   choice               the kernel fp4-sm90 ran, by M, for each (N, K) of the results
   kernel-KERNEL        the rows one kernel ran (decode, mid, prefill, prefill-wide)
                        against cuBLAS and the roofline
+  moe                  every `fp4bench moe` case: moe-fp4-sm90 (its path, % of the read
+                       bandwidth) against the grouped baselines
+  moe-summary          the first model's gate_up and down rows (W4A4, random routing)
+                       against the grouped vendor baselines
+  moe-steps            the MoE layer rows: each step's time for every backend
 
 The kernel of a row is its `variant` field; both the kept kernels' names and
 their numbered names (v4-decode, v11-mid, v8-prefill, v16-prefill) are read.
@@ -58,6 +64,8 @@ class Results:
     def __init__(self, paths):
         self.paths, self.docs, self.ceilings = paths, [], None
         self.shapes = {}  # (m, n, k) -> {backend: row}, in the order first seen
+        # MoE rows: (model, step, mode, routing, tokens) -> {backend: row}
+        self.moe, self.moe_docs, self.dense_docs = {}, [], []
         for p in paths:
             with open(p) as f:
                 d = json.load(f)
@@ -67,22 +75,36 @@ class Results:
             c = d.get("ceilings") or {}
             if self.ceilings is None and c.get("measured"):
                 self.ceilings = c
-            mine = {}
+            mine, moe = {}, {}
             for r in d["rows"]:
                 r["_baseline"] = d["settings"].get("baseline")  # what its ratio is against
-                mine.setdefault((r["m"], r["n"], r["k"]), {})[r["backend"]] = r
-            for s, rows in mine.items():
-                for r in rows.values():
-                    r["_peers"] = rows  # the shape's rows of the same run
-                self.shapes.setdefault(s, rows)
+                if r.get("moe"):
+                    q = r["moe"]
+                    case = (q.get("model"), q.get("step"), q.get("mode"), q.get("routing"),
+                            q.get("tokens"))
+                    moe.setdefault(case, {})[r["backend"]] = r
+                else:
+                    mine.setdefault((r["m"], r["n"], r["k"]), {})[r["backend"]] = r
+            for group, into in ((mine, self.shapes), (moe, self.moe)):
+                for key, rows in group.items():
+                    for r in rows.values():
+                        r["_peers"] = rows  # the shape's (case's) rows of the same run
+                    into.setdefault(key, rows)
+            if moe:
+                self.moe_docs.append((p, d))
+            if mine or not moe:
+                self.dense_docs.append((p, d))
         self.ceilings = self.ceilings or {}
 
-    def note(self, rows=()):
+    def note(self, rows=(), docs=None):
         """the one-line source note of a region; rows: the rows it shows (their
-        SM clocks are given as a range)"""
+        SM clocks are given as a range); docs: the files it comes from [those
+        with GEMM rows]"""
+        docs = (self.dense_docs or self.docs) if docs is None else docs
+
         def one(key):
             vals = []
-            for _, d in self.docs:
+            for _, d in docs:
                 v = key(d)
                 if v and v not in vals:
                     vals.append(v)
@@ -101,8 +123,8 @@ class Results:
         lo, hi = (min(clocks), max(clocks)) if clocks else (0, 0)
         run = "" if not clocks else (f", {lo:.0f} MHz in these rows" if lo == hi else
                                      f", {lo:.0f}-{hi:.0f} MHz in these rows")
-        src = " + ".join(f"`{show_path(p)}`" for p in self.paths)
-        s = self.docs[0][1]["settings"]
+        src = " + ".join(f"`{show_path(p)}`" for p, _ in docs)
+        s = docs[0][1]["settings"]
         how = ", ".join(x for x in (
             "hot L2" if s.get("hot") else "cold L2",
             "CUDA graphs" if s.get("use_graphs") else "plain launches",
@@ -176,7 +198,7 @@ def shape_order(res):
 
 def region_ceilings(res):
     c = res.ceilings
-    dev = res.docs[0][1]["device"]
+    dev = (res.dense_docs or res.docs)[0][1]["device"]
     out = [res.note()]
     if not c:
         return out + ["", "No file among the results measured the ceilings (`--no-ceilings`)."]
@@ -286,8 +308,145 @@ def region_kernel(res, kern):
     return out
 
 
+MOE_OURS, MOE_BF16, MOE_FP8, MOE_LOOP = "moe-fp4-sm90", "moe-cublas-bf16", "moe-cublaslt-fp8", "moe-loop-fp4"
+MODELS = {"glm5": "GLM-5", "deepseek-v3": "DeepSeek-V3", "kimi-k2": "Kimi K2",
+          "qwen3-235b": "Qwen3-235B", "qwen3-30b": "Qwen3-30B", "mixtral": "Mixtral",
+          "llama4-maverick": "Llama 4 Maverick", "gpt-oss-120b": "gpt-oss-120b"}
+
+
+def moe_path(r):
+    """the moe-fp4-sm90 path(s) a row's experts ran, from its variant (the
+    token split) and its tokens an expert"""
+    v = (r or {}).get("variant") or ""
+    if "wide path" in v:
+        return "wide"
+    if "streaming path" in v:
+        return "streaming"
+    m = re.search(r"< (\d+) tokens", v)
+    tpe = ((r or {}).get("moe") or {}).get("tokens_per_expert") or {}
+    if not m or "max" not in tpe:
+        return "-"
+    split = int(m.group(1))
+    if tpe["max"] < split:
+        return "streaming"
+    return "wide" if tpe.get("min", 0) >= split else f"both (wide from {split})"
+
+
+def moe_case(q):
+    """a MoE row's case as a reader names it"""
+    what = f"{MODELS.get(q.get('model'), q.get('model'))} {q.get('step')}"
+    if q.get("mode") != "w4a4":
+        what += f" {(q.get('mode') or '').upper()}"
+    routing = q.get("routing") or ""
+    zipf = re.match(r"skewed\(s=([0-9.]+)", routing)
+    if zipf:
+        what += f", skewed (Zipf {zipf.group(1)})"
+    elif not routing.startswith("random"):
+        what += f", {routing}"
+    return what
+
+
+def moe_docs_of(res, shown):
+    """the MoE files that hold the rows shown"""
+    ids = {id(r) for r in shown}
+    return [(p, d) for p, d in res.moe_docs if any(id(r) in ids for r in d["rows"])]
+
+
+def moe_order(res):
+    """the MoE cases by model (as first seen), mode, step, routing, tokens"""
+    models = list(dict.fromkeys(c[0] for c in res.moe))
+    steps = ("gate_up", "down", "layer")
+    return sorted(res.moe, key=lambda c: (models.index(c[0]), c[2] != "w4a4", steps.index(c[1])
+                                          if c[1] in steps else 9, c[3] or "", c[4] or 0))
+
+
+def region_moe(res):
+    """every MoE case: moe-fp4-sm90 (its path, % of the read bandwidth)
+    against the grouped baselines"""
+    cases = moe_order(res)
+    if not cases:
+        return ["No MoE rows among the results."]
+    shown = [r for c in cases for r in res.moe[c].values()]
+    out = [res.note(shown, moe_docs_of(res, shown)), ""]
+    out += ["| case | T | tokens an expert (min/median/max) | moe-fp4-sm90 path | moe-fp4-sm90 us "
+            "| % read BW | moe-cublas-bf16 us | moe-cublaslt-fp8 us | moe-loop-fp4 us "
+            "| vs bf16 | vs fp8 |",
+            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cases:
+        rows = res.moe[c]
+        win = fastest(rows, (MOE_OURS, MOE_BF16, MOE_FP8, MOE_LOOP))
+        cells = {}
+        for b in (MOE_OURS, MOE_BF16, MOE_FP8, MOE_LOOP):
+            x = rows.get(b)
+            t = cell_us(x) if x is None or x.get("state") == "ok" else x.get("state", "?")
+            cells[b] = f"**{t}**" if b == win else t
+        r = rows.get(MOE_OURS)
+        q = next(iter(rows.values()))["moe"]
+        tpe = q.get("tokens_per_expert") or {}
+        spread = "/".join(f"{tpe[k]:g}" for k in ("min", "median", "max") if k in tpe) or "-"
+        pct = (r or {}).get("moe", {}).get("pct_bandwidth") if median(r) else None
+        out.append(f"| {moe_case(q)} | {q.get('tokens')} | {spread} | {moe_path(r)} "
+                   f"| {cells[MOE_OURS]} | {'-' if pct is None else f'{pct:.0f}%'} "
+                   f"| {cells[MOE_BF16]} | {cells[MOE_FP8]} | {cells[MOE_LOOP]} "
+                   f"| {cell_paired(r, MOE_BF16) if r else '-'} "
+                   f"| {cell_ratio(rows.get(MOE_FP8), r) if r else '-'} |")
+    out += ["", "Bold: the fastest backend of the case; \"-\": not in that run. vs bf16: "
+            "moe-fp4-sm90's paired ratio against moe-cublas-bf16 with its 95% interval (above 1: "
+            "moe-fp4-sm90 is faster); vs fp8: the ratio of the medians. % read BW: the weight and "
+            "activation bytes the call reads over the measured read bandwidth; unsupported: "
+            "moe-cublaslt-fp8 runs gate_up and down, not the layer."]
+    return out
+
+
+def region_moe_summary(res):
+    """the first model's W4A4 gate_up and down rows with random routing: moe-fp4-sm90
+    against the two grouped vendor baselines"""
+    cases = [c for c in moe_order(res) if c[0] == next(iter(res.moe))[0] and c[2] == "w4a4"
+             and c[1] != "layer" and (c[3] or "").startswith("random")]
+    if not cases:
+        return ["No MoE rows among the results."]
+    shown = [r for c in cases for r in res.moe[c].values()]
+    out = [res.note(shown, moe_docs_of(res, shown)), "",
+           "| case | T | tokens an expert (median) | moe-fp4-sm90 us | % read BW | moe-cublas-bf16 us "
+           "| moe-cublaslt-fp8 us | vs bf16 | vs fp8 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cases:
+        rows = res.moe[c]
+        win = fastest(rows, (MOE_OURS, MOE_BF16, MOE_FP8))
+        cells = {b: (f"**{cell_us(rows.get(b))}**" if b == win else cell_us(rows.get(b)))
+                 for b in (MOE_OURS, MOE_BF16, MOE_FP8)}
+        r = rows.get(MOE_OURS)
+        q = next(iter(rows.values()))["moe"]
+        med = (q.get("tokens_per_expert") or {}).get("median")
+        pct = (r or {}).get("moe", {}).get("pct_bandwidth") if median(r) else None
+        out.append(f"| {moe_case(q)} | {c[4]} | {'-' if med is None else f'{med:g}'} "
+                   f"| {cells[MOE_OURS]} | {'-' if pct is None else f'{pct:.0f}%'} "
+                   f"| {cells[MOE_BF16]} | {cells[MOE_FP8]} | {cell_paired(r, MOE_BF16) if r else '-'} "
+                   f"| {cell_ratio(rows.get(MOE_FP8), r) if r else '-'} |")
+    out += ["", "Bold: the fastest of the three. vs bf16: the paired ratio with its 95% interval; "
+            "vs fp8: the ratio of the medians."]
+    return out
+
+
+def region_moe_steps(res):
+    """the layer rows: each step's time for every backend"""
+    cases = [c for c in moe_order(res) if c[1] == "layer"]
+    if not cases:
+        return ["No MoE layer rows among the results."]
+    shown = [r for c in cases for r in res.moe[c].values()]
+    out = [res.note(shown, moe_docs_of(res, shown)), ""]
+    out += ["| case | T | backend | us | steps (us) |", "|---|---:|---|---:|---|"]
+    for c in cases:
+        for b, r in res.moe[c].items():
+            if r.get("state") != "ok":
+                continue
+            steps = ", ".join(f"{st['name']} {st['us']:.1f}" for st in r.get("steps") or [])
+            out.append(f"| {moe_case(r['moe'])} | {c[4]} | {b} | {cell_us(r)} | {steps or '-'} |")
+    return out
+
+
 def regions():
-    r = {"ceilings": region_ceilings, "results": region_results, "choice": region_choice}
+    r = {"ceilings": region_ceilings, "results": region_results, "choice": region_choice,
+         "moe": region_moe, "moe-summary": region_moe_summary, "moe-steps": region_moe_steps}
     for k in KERNELS:
         r["kernel-" + k] = (lambda kk: lambda res: region_kernel(res, kk))(k)
     return r

@@ -73,10 +73,11 @@ size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens,
  * - wide (40 tokens or more): wgmma, each weight decoded once for up to 128
  *   tokens, after a prepass that copies the activations to bf16.
  * Each path is one launch over its experts. fp4_sm90_moe_paths says which
- * launches a call of this size makes on this GPU: the wide one only from T =
- * 40 (an expert sees a token at most once), both where some expert may reach
- * 40 (each finds its own experts); *wide_from (may be NULL) gets the split. FP4_SM90_MOE_PATH=stream or =wide forces
- * one path for every expert; FP4_SM90_MOE_WIDE_TOKENS=n moves the split. */
+ * launches a call of this size makes on this GPU: below T = 40 only the
+ * streaming one (an expert sees a token at most once), from there both (each
+ * finds its own experts); *wide_from (may be NULL) gets the split.
+ * FP4_SM90_MOE_PATH=stream or =wide forces one path for every expert;
+ * FP4_SM90_MOE_WIDE_TOKENS=n moves the split. */
 #define FP4_SM90_MOE_STREAM 1
 #define FP4_SM90_MOE_WIDE 2
 int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from);

@@ -8,10 +8,12 @@
  *   NVFP4 dequantized exactly to bf16) are rewritten into the workspace, K
  *   padded to whole ring turns with zeros, and the 64 k of every step
  *   permuted into the order in which the packed weights' register fragments
- *   hold them (below). Rows are not gathered: T rows for gate_up.
+ *   hold them (below). Rows are not gathered: T rows for gate_up. It exits
+ *   at once when no expert reaches tok_lo tokens.
  * - Work units: (expert, chunk of at most 128 of its tokens, block of 128
- *   weight rows), walked by a persistent grid of one CTA a SM as in moe.cu
- *   (experts without tokens have no units). An expert's tokens are cut into
+ *   weight rows), walked by a persistent grid of one CTA a SM as in moe.cu,
+ *   over the experts of at least tok_lo tokens only (the streaming kernel
+ *   takes the others; experts without tokens have no units). An expert's tokens are cut into
  *   chunks of equal size, and a chunk of at most 64 tokens runs the n64
  *   wgmma, so padding costs at most about half a chunk.
  * - Two warpgroups of 64 weight rows. Each warp streams its 16-row tile of
