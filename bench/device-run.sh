@@ -74,6 +74,8 @@ environment (defaults in brackets):
   SAN_CASES    sanitizer cases, "kernel:MxNxK,... kernel:..." (check)
                [decode, mid, prefill and prefill-wide on tail shapes]
   SAN_TIMEOUT  seconds per sanitizer run [240]
+  COMPARE_SHAPES  compare: MxNxK,... timed instead of the seed and sweep-m
+               presets (old, new, new, old: two comparisons)
   OLD_TREE     compare: a folder with the source of the older commit, e.g.
                  mkdir .old && git archive sm90-experiments | tar -x -C .old
                  git rev-parse --short=12 sm90-experiments > .old/.fp4-commit
@@ -342,16 +344,21 @@ mode_compare() {
   say "old: $($O --version 2>&1 | head -1); new: $($B --version 2>&1 | head -1)"
   local common=(--backend cublas-bf16,fp4-sm90 --quiet --no-ceilings --max-time "${MAX_TIME:-1}")
   # old, new, new, old: a slow drift of the GPU (heat, clocks) favours neither
-  local step which bin p rc
-  for step in old:seed new:seed new:sweep-m old:sweep-m; do
+  local step which bin p rc sets=(seed sweep-m) steps=(old:seed new:seed new:sweep-m old:sweep-m)
+  # COMPARE_SHAPES: those shapes instead of the presets (old, new, new, old)
+  [ -n "${COMPARE_SHAPES:-}" ] && sets=(shapes) steps=(old:shapes new:shapes new:shapes2 old:shapes2)
+  for step in "${steps[@]}"; do
     which=${step%%:*} p=${step#*:}
     [ $which = old ] && bin=$O || bin=$B
-    say "== $which binary, --preset $p -> $OUT/$which-$p.json"
-    timeout 300 $bin run --preset $p "${common[@]}" --json "$OUT/$which-$p.json" >>"$log" 2>&1
+    local what=(--preset "$p")
+    [ "${p#shapes}" != "$p" ] && what=(--shape "$COMPARE_SHAPES")
+    say "== $which binary, ${what[*]} -> $OUT/$which-$p.json"
+    timeout 300 $bin run "${what[@]}" "${common[@]}" --json "$OUT/$which-$p.json" >>"$log" 2>&1
     rc=$?
-    [ $rc -eq 0 ] || fail "$which --preset $p (exit $rc)"
+    [ $rc -eq 0 ] || fail "$which ${what[*]} (exit $rc)"
   done
-  for p in seed sweep-m; do
+  [ -n "${COMPARE_SHAPES:-}" ] && sets=(shapes shapes2)
+  for p in "${sets[@]}"; do
     say "== fp4bench compare old-$p.json new-$p.json --threshold 0.02"
     $B compare "$OUT/old-$p.json" "$OUT/new-$p.json" --threshold 0.02 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
