@@ -3,10 +3,9 @@
  * "The selection rule"), FP4_SM90_KERNEL's names, the argument checks
  * (fp4_sm90_check makes no CUDA call) and the workspaces of every kernel, mid's
  * weight packing, tiles and splits; the k permutation of the token prepass's
- * word form (fp4_tokperm_word) against its byte-wise definition; dense
- * decode's weight packing; the nibble -> fp16 and bf16 dequantizations
- * (nibbles.h) and prefill-wide's tile order (raster.h),
- * which need no CUDA. */
+ * word form (fp4_tokperm_word) against its byte-wise definition; the nibble
+ * -> fp16 and bf16 dequantizations (nibbles.h) and prefill-wide's tile order
+ * (raster.h), which need no CUDA. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,11 +70,10 @@ static float bf16_bits_value(uint32_t h)
     return f;
 }
 
-/* The bf16 value layout (the MoE kernels' and dense decode's weights, and
- * dense decode's raw token words): the patterns are the format's decode times
- * 2^-126 for every nibble value at every position; fp4_nib_bf16_pack is
- * undone by fp4_nib_bf16_pairs (pair r = codes 2r, 2r + 1) on random words;
- * fp4_nib_raw_bf16_pairs gives pair r = (code r, code r + 4) of a raw word. */
+/* The bf16 value layout of the MoE kernels' packed weights: the patterns are
+ * the format's decode times 2^-126 for every nibble value at every position,
+ * and fp4_nib_bf16_pairs undoes fp4_nib_bf16_pack (pair r = codes 2r, 2r + 1)
+ * on random words, code by code. */
 static void test_nibbles_bf16(void)
 {
     int bad = 0;
@@ -83,14 +81,10 @@ static void test_nibbles_bf16(void)
         for (uint32_t v = 0; v < 16; v++) {
             uint8_t c[8] = {3, 12, 7, 0, 9, 15, 1, 6};
             c[pos] = (uint8_t)v;
-            uint32_t o[4], raw = 0;
+            uint32_t o[4];
             fp4_nib_bf16_pairs(fp4_nib_bf16_pack(c), o);
-            const uint32_t packed_half = o[pos >> 1] >> (16 * (pos & 1)) & 0xFFFFu;
-            for (int i = 0; i < 8; i++) raw |= (uint32_t)c[i] << (4 * i);
-            fp4_nib_raw_bf16_pairs(raw, o);
-            const uint32_t raw_half = o[pos & 3] >> (pos >= 4 ? 16 : 0) & 0xFFFFu;
-            const float want = ldexpf(fp4_e2m1_decode((uint8_t)v), -126);
-            bad += bf16_bits_value(packed_half) != want || bf16_bits_value(raw_half) != want;
+            const uint32_t half = o[pos >> 1] >> (16 * (pos & 1)) & 0xFFFFu;
+            bad += bf16_bits_value(half) != ldexpf(fp4_e2m1_decode((uint8_t)v), -126);
         }
     CHECK_MSG(bad == 0, "%d nibbles decode wrong", bad);
     test_rng rng = test_rng_seed(777);
@@ -98,29 +92,15 @@ static void test_nibbles_bf16(void)
     for (int i = 0; i < 200000; i++) {
         const uint64_t r = test_rng_u64(&rng);
         uint8_t c[8];
-        uint32_t o[4], raw = 0;
+        uint32_t o[4];
         for (int j = 0; j < 8; j++) c[j] = (uint8_t)(r >> (4 * j) & 15);
-        for (int j = 0; j < 8; j++) raw |= (uint32_t)c[j] << (4 * j);
-        uint32_t want_packed[4], want_raw[4];
-        for (int p = 0; p < 4; p++) {
-            uint32_t lo[4], hi[4];
-            uint8_t one[8] = {0};
-            one[2 * p] = c[2 * p];
-            fp4_nib_bf16_pairs(fp4_nib_bf16_pack(one), lo);
-            memset(one, 0, sizeof one);
-            one[2 * p + 1] = c[2 * p + 1];
-            fp4_nib_bf16_pairs(fp4_nib_bf16_pack(one), hi);
-            want_packed[p] = (lo[p] & 0xFFFFu) | (hi[p] & 0xFFFF0000u);
-            /* codes p and p + 4 moved to positions 0 and 4: pair 0 */
-            fp4_nib_raw_bf16_pairs((uint32_t)c[p] | (uint32_t)c[p + 4] << 16, lo);
-            want_raw[p] = lo[0];
-        }
         fp4_nib_bf16_pairs(fp4_nib_bf16_pack(c), o);
-        for (int p = 0; p < 4; p++) bad += o[p] != want_packed[p];
-        fp4_nib_raw_bf16_pairs(raw, o);
-        for (int p = 0; p < 4; p++) bad += o[p] != want_raw[p];
+        for (int j = 0; j < 8; j++) {
+            const uint32_t half = o[j >> 1] >> (16 * (j & 1)) & 0xFFFFu;
+            bad += bf16_bits_value(half) != ldexpf(fp4_e2m1_decode(c[j]), -126);
+        }
     }
-    CHECK_MSG(bad == 0, "%d pairs of random words differ", bad);
+    CHECK_MSG(bad == 0, "%d codes of random words differ", bad);
 }
 
 /* fp4_raster_tile visits every tile exactly once, for groups that divide
@@ -272,57 +252,6 @@ static void test_mid_pack(void)
     fp4_matrix_free(&b);
 }
 
-/* dense decode's weight packing: [16-row tile][k-step][lane] 16 bytes (row g's
- * two words, then row g + 8's), each word in the bf16 value layout with pair r
- * = (k r, k r + 4) of its 8 k, and [tile][k-step][lane] the scales of rows g,
- * g + 8; zero past N and K (a tail tile and a tail k-step here) */
-static void test_decode_pack(void)
-{
-    const int64_t N = 37, K = 208, KS = 4, KB = K / 16, rowb = K / 2, tiles = 4;
-    fp4_matrix b;
-    fp4_err err;
-    CHECK(fp4_matrix_alloc(&b, N, K, &err) == FP4_OK);
-    test_rng rng = test_rng_seed(4242);
-    for (int64_t i = 0; i < N * rowb; i++) b.codes[i] = (uint8_t)(test_rng_u64(&rng) >> 56);
-    for (int64_t i = 0; i < N * KB; i++) b.scales[i] = (uint8_t)(i * 13 + 5);
-    const size_t cs = fp4_sm90_packed_b_codes_size(FP4_SM90_DECODE, N, K);
-    const size_t ss = fp4_sm90_packed_b_scales_size(FP4_SM90_DECODE, N, K);
-    CHECK(cs == (size_t)tiles * KS * 32 * 16 && ss == (size_t)tiles * KS * 32 * 2);
-    uint8_t *codes = malloc(cs), *scales = malloc(ss);
-    CHECK(codes && scales);
-    if (!codes || !scales) return;
-    CHECK(fp4_sm90_pack_b(FP4_SM90_DECODE, &b, codes, scales, &err) == FP4_OK);
-    int bad = 0, bad_scales = 0;
-    for (int64_t tile = 0; tile < tiles; tile++)
-        for (int64_t ks = 0; ks < KS; ks++)
-            for (int lane = 0; lane < 32; lane++) {
-                const size_t u = ((size_t)tile * KS + (size_t)ks) * 32 + (size_t)lane;
-                const int64_t kb = 4 * ks + (lane & 3);
-                for (int h = 0; h < 2; h++) {
-                    const int64_t row = 16 * tile + (lane >> 2) + 8 * h;
-                    const int live = row < N && kb < KB;
-                    bad_scales += scales[2 * u + (size_t)h] != (live ? b.scales[row * KB + kb] : 0);
-                    for (int word = 0; word < 2; word++) {
-                        uint32_t x, o[4];
-                        memcpy(&x, codes + 16 * u + 8 * (size_t)h + 4 * (size_t)word, 4);
-                        fp4_nib_bf16_pairs(x, o);
-                        for (int kk = 0; kk < 8; kk++) {
-                            const int64_t k = 16 * kb + 8 * word + kk;
-                            const uint8_t code = live ? (uint8_t)(b.codes[row * rowb + k / 2] >> (4 * (k & 1)) & 15) : 0;
-                            const uint32_t half = o[kk & 3] >> (kk >= 4 ? 16 : 0) & 0xFFFFu;
-                            bad += bf16_bits_value(half) != ldexpf(fp4_e2m1_decode(code), -126) ||
-                                   (!live && half != 0);
-                        }
-                    }
-                }
-            }
-    CHECK_MSG(bad == 0, "%d packed decode weights wrong", bad);
-    CHECK_MSG(bad_scales == 0, "%d packed decode scales wrong", bad_scales);
-    free(codes);
-    free(scales);
-    fp4_matrix_free(&b);
-}
-
 /* fp4_tokperm_word against the byte-wise definition: position 8c + 2r + h of
  * a step is k = 16r + 8(c & 1) + (c >> 1) + 4h, read as the nibble k & 1 of
  * byte k >> 1 of the row's 32 code bytes */
@@ -434,7 +363,6 @@ int main(void)
     test_checks();
     test_tokperm();
     test_mid_pack();
-    test_decode_pack();
     test_rule();
     return check_finish("test_sm90_host");
 }

@@ -2,27 +2,18 @@
  * (kernel fp4_sm90_decode_kernel).
  *
  * - Swap AB: the weights are the 16-row side of mma.sync m16n8k16, the tokens
- *   the 8-wide side; bf16 products (exact: e2m1 x e4m3 needs 5 significant
- *   bits), fp32 sums.
+ *   the 8-wide side; fp16 products (exact, fp4_sm90.h), fp32 sums.
  * - k permutation chosen for contiguity: in a k-step of 64, lane (g, t) owns
  *   k-block 4*ks + t (16 consecutive k, ONE scale) of weight rows g and g+8
  *   and of token g. Its 16 values of a row are two 32-bit words w0 (k 0..7),
- *   w1 (k 8..15), decoded into the pairs (k r, k r+4). MMA j of the
+ *   w1 (k 8..15); fp4_nib_pairs4 yields the pairs (k r, k r+4). MMA j of the
  *   k-step takes pairs r = 2(j&1), 2(j&1)+1 of word j>>1, for both operands
  *   (a0/a2: row g, a1/a3: row g+8; b0/b1: token g). So a lane's token
  *   fragment is ONE 8-byte load of A's codes plus one scale byte, straight
  *   from the activation layout: no shared-memory staging.
  * - Packed weights (fp4_sm90_decode_pack_b): [tile of 16 rows][k-step][lane]
- *   16 bytes (row g's two words, then row g+8's), [tile][k-step][lane] 2 scale
+ *   16 bytes (row g's 8 bytes, then row g+8's), [tile][k-step][lane] 2 scale
  *   bytes (row g, row g+8). One 512-byte coalesced load per tile and k-step.
- *   Each word holds its 8 codes in the bf16 value layout of nibbles.h (the
- *   MoE kernels' format), the codes ordered so that pair r is (k r, k r+4):
- *   5 LOP3 and 4 shifts (integer multiplies, on the FMA pipe) for 8 weights.
- * - Dequantization as in moe.cu: the decoded pattern is e2m1 x 2^-126, the
- *   scale a bf16 e4m3 x 2^118 (two exact multiplies from its byte), one HMUL2
- *   per two weights gives e2m1 x e4m3 x 2^-8; the tokens' raw code words
- *   decode to the same patterns with shifts and masks. The 2^16 of the two
- *   operands goes into alpha.
  * - A warp covers RT tiles (16*RT rows: the token conversion is shared by
  *   them) and a contiguous K range of a block's split; loads run one k-step
  *   ahead in a register ring. 8 warps a block split the block's K range;
@@ -34,6 +25,7 @@
  *   and counter (graph-replayable, one launch). One split writes D directly.
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,7 +35,6 @@
 #include "fp4/format.h"
 #include "kernels/sm90/device.cuh"
 #include "kernels/sm90/fp4_sm90.h"
-#include "kernels/sm90/moe_device.cuh"
 
 #define D4_WARPS 8
 #define D4_THREADS (32 * D4_WARPS)
@@ -53,11 +44,11 @@
 
 /* ---- device helpers of the k-permuted layout ---------------------------------------- */
 
-static __device__ __forceinline__ void mma_bf16_16816(float *c, uint32_t a0, uint32_t a1,
+static __device__ __forceinline__ void mma_f16_16816(float *c, uint32_t a0, uint32_t a1,
                                                      uint32_t a2, uint32_t a3, uint32_t b0,
                                                      uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -70,19 +61,12 @@ static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
     return v;
 }
 
-/* scale bytes 0, 1 of x (rows g, g + 8) -> bf16x2 of e4m3 x 2^118, as
- * moe_device.cuh's scale_pair */
-static __device__ __forceinline__ uint32_t sf_pair_bf(uint32_t x)
+/* byte b of x in bits 0..7 and 16..23, as sf2_to_h2 wants after its shift */
+static __device__ __forceinline__ uint32_t sf_pair(uint32_t x, int b)
 {
-    const uint32_t w = __byte_perm(x, 0, 0x4140) << 4;
-    return bf2_mul(bf2_mul(w & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
+    return sf2_to_h2(__byte_perm(x, 0, b == 0 ? 0x4040 : 0x4141) << 7);
 }
-/* one scale byte (a token's) -> bf16x2 of e4m3 x 2^118 in both halves */
-static __device__ __forceinline__ uint32_t sf_bcast_bf(uint32_t b)
-{
-    const uint32_t w = (b * 0x10001u) << 4;
-    return bf2_mul(bf2_mul(w & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
-}
+
 static __device__ __forceinline__ void red_add4(float *p, float4 v)
 {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y),
@@ -94,27 +78,27 @@ static __device__ __forceinline__ void red_add4(float *p, float4 v)
  * of 64, lane (g, t) holds k-block 4 ks + t of weight rows g and g + 8 (16
  * code bytes w: row g in w.x, w.y, row g + 8 in w.z, w.w) and of token g (one
  * 8-byte code word q). kperm_a_frag: the A registers of MMA j (0..3) of the
- * k-step, sg the scales of rows g (low half) and g + 8 (high; sf_pair_bf). */
+ * k-step, sg / sg8 the scale pairs of rows g and g + 8 (sf_pair). */
 static __device__ __forceinline__ void kperm_a_frag(const uint32_t (&pg)[2][4],
                                                     const uint32_t (&p8)[2][4], uint32_t sg,
-                                                    int j, uint32_t a[4])
+                                                    uint32_t sg8, int j, uint32_t a[4])
 {
     const int r0 = 2 * (j & 1), h = j >> 1;
-    a[0] = bf2_mul_lo(pg[h][r0], sg);
-    a[1] = bf2_mul_hi(p8[h][r0], sg);
-    a[2] = bf2_mul_lo(pg[h][r0 + 1], sg);
-    a[3] = bf2_mul_hi(p8[h][r0 + 1], sg);
+    a[0] = hmul2_u32(pg[h][r0], sg);
+    a[1] = hmul2_u32(p8[h][r0], sg8);
+    a[2] = hmul2_u32(pg[h][r0 + 1], sg);
+    a[3] = hmul2_u32(p8[h][r0 + 1], sg8);
 }
 
-/* the bf16 pairs of a lane's 16 weight code bytes (fp4_nib_bf16_pairs): pg[0]
+/* the nibble pairs of a lane's 16 weight code bytes (fp4_nib_pairs4): pg[0]
  * from w.x, pg[1] w.y (row g), p8 from w.z, w.w (row g + 8) */
 static __device__ __forceinline__ void kperm_pairs(const uint4 &w, uint32_t (&pg)[2][4],
                                                    uint32_t (&p8)[2][4])
 {
-    fp4_nib_bf16_pairs(w.x, pg[0]);
-    fp4_nib_bf16_pairs(w.y, pg[1]);
-    fp4_nib_bf16_pairs(w.z, p8[0]);
-    fp4_nib_bf16_pairs(w.w, p8[1]);
+    fp4_nib_pairs4(w.x, pg[0]);
+    fp4_nib_pairs4(w.y, pg[1]);
+    fp4_nib_pairs4(w.z, p8[0]);
+    fp4_nib_pairs4(w.w, p8[1]);
 }
 
 /* A token's 8 B-fragment words of one k-step (same layout): b[r] = nibbles
@@ -123,12 +107,12 @@ static __device__ __forceinline__ void kperm_pairs(const uint4 &w, uint32_t (&pg
 static __device__ __forceinline__ void kperm_b_frag(const uint2 &q, uint32_t sc, uint32_t b[8])
 {
     uint32_t px[4], py[4];
-    fp4_nib_raw_bf16_pairs(q.x, px);
-    fp4_nib_raw_bf16_pairs(q.y, py);
+    fp4_nib_pairs4(q.x, px);
+    fp4_nib_pairs4(q.y, py);
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        b[r] = bf2_mul(px[r], sc);
-        b[4 + r] = bf2_mul(py[r], sc);
+        b[r] = hmul2_u32(px[r], sc);
+        b[4 + r] = hmul2_u32(py[r], sc);
     }
 }
 
@@ -143,20 +127,20 @@ static __device__ __forceinline__ void kperm_kstep_mma(const uint4 *w, const uin
 {
     uint32_t bt[NT][8];
 #pragma unroll
-    for (int n = 0; n < NT; n++) kperm_b_frag(q[n], sf_bcast_bf(qs[n]), bt[n]);
+    for (int n = 0; n < NT; n++) kperm_b_frag(q[n], sf_pair(qs[n], 0), bt[n]);
 #pragma unroll
     for (int i = 0; i < RT; i++) {
-        const uint32_t sg = sf_pair_bf(ws[i]);
+        const uint32_t sg = sf_pair(ws[i], 0), sg8 = sf_pair(ws[i], 1);
         uint32_t pg[2][4], p8[2][4];
         kperm_pairs(w[i], pg, p8);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             uint32_t a[4];
-            kperm_a_frag(pg, p8, sg, j, a);
+            kperm_a_frag(pg, p8, sg, sg8, j, a);
             const int b0 = 4 * (j >> 1) + 2 * (j & 1);
 #pragma unroll
             for (int n = 0; n < NT; n++)
-                mma_bf16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
+                mma_f16_16816(acc[i][n], a[0], a[1], a[2], a[3], bt[n][b0], bt[n][b0 + 1]);
         }
     }
 }
@@ -438,19 +422,6 @@ void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales
     const int64_t tiles = d4_np(N) / 16, rowb = K / 2;
     memset(codes, 0, fp4_sm90_decode_codes_size(N, K));
     memset(scales, 0, fp4_sm90_decode_scales_size(N, K));
-    /* code byte q of a word (its codes 2q, 2q + 1) -> its bits in the packed
-     * word, where code i goes to position 2i (i < 4) or 2(i - 4) + 1: pair r
-     * of the decode is then (k r, k r + 4), the tokens' order */
-    uint32_t tab[4][256];
-    for (int q = 0; q < 4; q++)
-        for (int v = 0; v < 256; v++) {
-            uint8_t c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int half = 0; half < 2; half++) {
-                const int i = 2 * q + half;
-                c[i < 4 ? 2 * i : 2 * (i - 4) + 1] = (uint8_t)((v >> (4 * half)) & 15);
-            }
-            tab[q][v] = fp4_nib_bf16_pack(c);
-        }
     for (int64_t tile = 0; tile < tiles; tile++)
         for (int64_t ks = 0; ks < KS; ks++)
             for (int lane = 0; lane < 32; lane++) {
@@ -461,12 +432,7 @@ void fp4_sm90_decode_pack_b(const fp4_matrix *b, uint8_t *codes, uint8_t *scales
                 for (int h = 0; h < 2; h++) {
                     const int64_t row = 16 * tile + g + 8 * h;
                     if (row >= N) continue;
-                    const uint8_t *src = b->codes + row * rowb + kb * 8;
-                    for (int word = 0; word < 2; word++) {
-                        const uint8_t *q = src + 4 * word;
-                        const uint32_t x = tab[0][q[0]] | tab[1][q[1]] | tab[2][q[2]] | tab[3][q[3]];
-                        memcpy(codes + u * 16 + (size_t)h * 8 + 4 * word, &x, 4);
-                    }
+                    memcpy(codes + u * 16 + (size_t)h * 8, b->codes + row * rowb + kb * 8, 8);
                     scales[u * 2 + (size_t)h] = b->scales[row * KB + kb];
                 }
             }
@@ -499,7 +465,7 @@ fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stre
     float *ws = a->workspace ? (float *)((char *)a->workspace + d4_counters_bytes(a->m, a->n)) : NULL;
     dim3 grid((unsigned)c.rbs, (unsigned)c.S, (unsigned)c.zc);
     /* both operands carry 2^-7 from the dequantization */
-    const float alpha_eff = a->alpha * 65536.0f;
+    const float alpha_eff = a->alpha * 16384.0f;
     d4_kernel(c.rt, c.nt)<<<grid, D4_THREADS, c.smem, stream>>>(
         (const uint4 *)a->b_codes, (const uint16_t *)a->b_sf, a->a_codes, a->a_sf,
         (__nv_bfloat16 *)a->d, ws, counters, (int)a->m, (int)a->n, (int)a->k, (int)d4_ks(a->k),

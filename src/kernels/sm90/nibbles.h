@@ -125,20 +125,6 @@ FP4_NIB_FN void fp4_nib_bf16_pairs(uint32_t x, uint32_t o[4])
     o[1] = (x << 4) & FP4_NIB_BF16_MASK;
 }
 
-/* A raw word of eight codes (code i in bits 4i..4i+3, as the NVFP4 format
- * stores them) -> the same bf16 patterns, pair r = (code r, code r + 4): the
- * sign to bit 15 and e1 e0 m to bits 8..6 of each half, with shifts and masks
- * (the dense decode kernel's token side; its weights are packed in that pair
- * order). */
-FP4_NIB_FN void fp4_nib_raw_bf16_pairs(uint32_t x, uint32_t o[4])
-{
-    const uint32_t field = 0x01C001C0u, sign = 0x80008000u;
-    o[0] = ((x << 6) & field) | ((x << 12) & sign);
-    o[1] = ((x << 2) & field) | ((x << 8) & sign);
-    o[2] = ((x >> 2) & field) | ((x << 4) & sign);
-    o[3] = ((x >> 6) & field) | (x & sign);
-}
-
 /* Where bit `out_bit` (0..31) of decoded pair r comes from in the packed word:
  * the inverse of the shifts above. */
 FP4_NIB_FN int fp4_nib_bf16_src_bit(int r, int out_bit)
