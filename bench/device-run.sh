@@ -52,7 +52,8 @@ Several modes run one after the other on one build. Modes:
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
-           source page (CSV) of each
+           source page (CSV) of each of PROF_CASES [stream-t512 stream-t64
+           wide-t512; also stream-t1]
   moe-tree ALT_TREE names another source tree: built into build-alt, its
            wide MoE path tested and timed beside this tree's
   moe-alt  MOE_ALT names another src/kernels/sm90/moe.cu: it replaces the
@@ -464,8 +465,9 @@ mode_moe_models() {
 }
 
 # Nsight Compute on the two MoE paths, with warp stall reasons and the
-# per-instruction (SASS) stall samples as CSV: the streaming path at GLM-5
-# gate_up sizes, T = 512 and T = 64; the wide path forced, E = 64, T = 512.
+# per-instruction (SASS) stall samples as CSV, for each of PROF_CASES: the
+# streaming path at GLM-5 gate_up sizes, T = 1 (stream-t1), 512 and 64; the
+# wide path forced, E = 64, T = 512 (wide-t512).
 mode_moe_prof() {
   local NCU name
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -485,9 +487,16 @@ mode_moe_prof() {
       >"$OUT/$name-sass.csv" 2>&1 || say "no source page for $name"
     grep -E "Duration|SM Frequency|Throughput|Pipe|Registers|Warp Cycles|Eligible|Issued Warp|No Eligible" "$OUT/$name.txt" | head -30
   }
-  prof_one stream-t512 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 512 --step gate_up
-  prof_one stream-t64 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 64 --step gate_up
-  FP4_SM90_MOE_PATH=wide prof_one wide-t512 moe_wide_kernel --dims 6144,2048,64,8 --tokens 512 --step gate_up
+  local c
+  for c in ${PROF_CASES:-stream-t512 stream-t64 wide-t512}; do
+    case $c in
+      stream-t1) prof_one stream-t1 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 1 --step gate_up ;;
+      stream-t512) prof_one stream-t512 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 512 --step gate_up ;;
+      stream-t64) prof_one stream-t64 fp4_sm90_moe_kernel --dims 6144,2048,256,8 --tokens 64 --step gate_up ;;
+      wide-t512) FP4_SM90_MOE_PATH=wide prof_one wide-t512 moe_wide_kernel --dims 6144,2048,64,8 --tokens 512 --step gate_up ;;
+      *) fail "moe-prof: unknown case $c (stream-t1, stream-t512, stream-t64, wide-t512)" ;;
+    esac
+  done
   rm -f "$OUT"/*.ncu-rep
 }
 
