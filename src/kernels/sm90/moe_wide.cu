@@ -17,8 +17,11 @@
  *   chunks of equal size, and a chunk of at most 64 tokens runs the n64
  *   wgmma, so padding costs at most about half a chunk.
  * - Two warpgroups of 64 weight rows. Each warp streams its 16-row tile of
- *   the packed weights (moe.cu's format: one 512-byte load a k-step) through
- *   a register ring 7 k-steps deep, decodes it with the bf16 value layout and
+ *   the packed weights (moe.cu's format: 512 bytes a k-step) by cp.async
+ *   into its own shared-memory ring, 7 k-steps ahead, in the token stages'
+ *   cp.async groups (a register ring is not kept ahead: ptxas gathers the
+ *   loads of a whole ring turn at its end, behind one scoreboard, so every
+ *   turn waited a full memory latency), decodes it with the bf16 value layout and
  *   the scale multiply (moe.cu) straight into the wgmma A fragment (the
  *   m64nNk16 fragment of a warp is mma.sync's m16n8k16 A fragment), and
  *   issues wgmma m64nNk16 bf16 with the tokens as B from shared memory.
@@ -55,9 +58,11 @@
 #define MW_TOK 128                /* tokens a chunk at most */
 #define MW_ST 6                   /* token stages in shared memory */
 #define MW_STAGE (MW_TOK * 128)   /* a stage: 128 token rows of 64 bf16 (16 KB) */
-#define MW_RING 8                 /* weight register ring: loads 7 k-steps ahead */
+#define MW_RING 8                 /* weight ring (shared memory): copies 7 k-steps ahead */
 #define MW_TR_LD (MW_ROWS + 4)    /* floats a token row of the epilogue tile: no bank conflicts */
-#define MW_SMEM (MW_ST * MW_STAGE + 1024) /* +1024: the swizzle's alignment */
+#define MW_WCODES (MW_ST * MW_STAGE)                   /* the weight ring's codes: [warp][slot][lane] 16 B */
+#define MW_WSCALES (MW_WCODES + MW_TILES * MW_RING * 512) /* its scales: [warp][slot pair][lane] 4 B */
+#define MW_SMEM (MW_WSCALES + MW_TILES * (MW_RING / 2) * 128 + 1024) /* +1024: the swizzle's alignment */
 static_assert(MW_TOK * MW_TR_LD * 4 <= MW_ST * MW_STAGE, "the epilogue tile exceeds the ring");
 
 typedef struct mw_params {
@@ -148,26 +153,27 @@ __global__ void __launch_bounds__(256)
 #ifdef FP4_SM90_HAVE_WGMMA
 /* ---- the main loop ------------------------------------------------------------------- */
 
-/* Ring slot u <- k-step ks of the warp's tile (codes; scales on even slots);
- * past the last k-step the last is re-read (the tokens are zero there). */
-static __device__ __forceinline__ void mw_load(uint4 (&wq)[MW_RING], uint32_t (&wsr)[MW_RING / 2],
-                                               int u, const uint4 *cb, const uint32_t *sb, int ks,
-                                               int KS)
+/* The lane's ring slot u <- k-step ks of the warp's tile (codes; scales on
+ * even slots), by cp.async into the current group; past the last k-step the
+ * last is re-read (the tokens are zero there). wdst, sdst: the lane's slot 0. */
+static __device__ __forceinline__ void mw_load(uint32_t wdst, uint32_t sdst, int u, const uint4 *cb,
+                                               const uint32_t *sb, int ks, int KS)
 {
     const int kl = min(ks, KS - 1);
-    wq[u] = ldg_stream16(cb + (size_t)kl * 32);
-    if ((u & 1) == 0) wsr[u >> 1] = ldg_stream4(sb + (size_t)(kl >> 1) * 32);
+    wg_cp16(wdst + (uint32_t)(u * 512), cb + (size_t)kl * 32, 16);
+    if ((u & 1) == 0) wg_cp4(sdst + (uint32_t)((u >> 1) * 128), sb + (size_t)(kl >> 1) * 32);
 }
 
-/* Ring slot u -> the 16 A registers of the step's 4 wgmma slices. */
-static __device__ __forceinline__ void mw_decode(const uint4 (&wq)[MW_RING],
-                                                 const uint32_t (&wsr)[MW_RING / 2],
+/* Ring slot u (landed) -> the 16 A registers of the step's 4 wgmma slices.
+ * wq, wsr: the lane's slot 0 of codes and scales. */
+static __device__ __forceinline__ void mw_decode(const uint4 *wq, const uint32_t *wsr,
                                                  uint32_t &sodd, int u, uint32_t *afr)
 {
+    const uint4 q = wq[u * 32];
     uint32_t sc;
     if ((u & 1) == 0) {
         uint32_t ev;
-        scale_pair(wsr[u >> 1], &ev, &sodd);
+        scale_pair(wsr[(u >> 1) * 32], &ev, &sodd);
         sc = ev;
     } else {
         sc = sodd;
@@ -175,8 +181,8 @@ static __device__ __forceinline__ void mw_decode(const uint4 (&wq)[MW_RING],
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         uint32_t pg[4], p8[4];
-        fp4_nib_bf16_pairs(h ? wq[u].y : wq[u].x, pg);
-        fp4_nib_bf16_pairs(h ? wq[u].w : wq[u].z, p8);
+        fp4_nib_bf16_pairs(h ? q.y : q.x, pg);
+        fp4_nib_bf16_pairs(h ? q.w : q.z, p8);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             pg[r] = bf2_mul_lo(pg[r], sc);
@@ -193,17 +199,34 @@ static __device__ __forceinline__ void mw_decode(const uint4 (&wq)[MW_RING],
     }
 }
 
-/* Stage ls of the chunk's tokens (BN rows; rows past ntok zero) into the slot at dst. */
+/* This thread's token copies: the same rows in every stage of a unit, so the
+ * sources, slot offsets and sizes are worked out once a unit (a per-stage
+ * read of the row table put a shared-memory round trip before every copy). */
+template <int BN> struct mw_rows {
+    const char *src[BN / 32]; /* stage 0 */
+    uint32_t dst[BN / 32];    /* in a slot, 128-byte swizzled */
+    int bytes[BN / 32];       /* 0 past the chunk's tokens: zeros */
+};
+
 template <int BN>
-static __device__ __forceinline__ void mw_stage(uint32_t dst, const char *const *arow, int ntok,
-                                                int ls, int tid)
+static __device__ __forceinline__ void mw_rows_init(mw_rows<BN> &cr, const char *const *arow,
+                                                    int ntok, int tid)
 {
 #pragma unroll
     for (int i = 0; i < BN / 32; i++) {
         const int idx = tid + i * MW_THREADS, r = idx >> 3, c = idx & 7;
-        wg_cp16(dst + (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)), arow[r] + (size_t)ls * 128 + c * 16,
-                r < ntok ? 16 : 0);
+        cr.src[i] = arow[r] + c * 16;
+        cr.dst[i] = (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+        cr.bytes[i] = r < ntok ? 16 : 0;
     }
+}
+
+/* Stage ls of the chunk's tokens (BN rows; rows past ntok zero) into the slot at dst. */
+template <int BN>
+static __device__ __forceinline__ void mw_stage(uint32_t dst, const mw_rows<BN> &cr, int ls)
+{
+#pragma unroll
+    for (int i = 0; i < BN / 32; i++) wg_cp16(dst + cr.dst[i], cr.src[i] + (size_t)ls * 128, cr.bytes[i]);
 }
 
 template <int BN>
@@ -227,20 +250,23 @@ static __device__ __forceinline__ void mw_mma4(float *acc, const uint32_t *afr, 
  * wgmmas that read it, step s - 2, retired in step s - 1). */
 template <int BN>
 static __device__ __forceinline__ void mw_step(int s, int u, float *acc, uint32_t *afr,
-                                               uint4 (&wq)[MW_RING], uint32_t (&wsr)[MW_RING / 2],
-                                               uint32_t &sodd, const uint4 *cb, const uint32_t *sb,
-                                               int KS, int KSP, uint32_t sbase,
-                                               const char *const *arow, int ntok, int tid)
+                                               const uint4 *wq, const uint32_t *wsr,
+                                               uint32_t wdst, uint32_t sdst, uint32_t &sodd,
+                                               const uint4 *cb, const uint32_t *sb, int KS,
+                                               int KSP, uint32_t sbase, const mw_rows<BN> &cr)
 {
-    wg_cp_wait<MW_ST - 3>(); /* committed: MW_ST - 2 + s groups; stage s is group s */
+    /* committed: MW_ST - 2 + s groups; token stage s is group s, the weights
+     * of step s are in group 0 (s < MW_RING - 1) or s - 3 */
+    wg_cp_wait<MW_ST - 3>();
     wg_fence_async_smem();
     __syncthreads();
     {
         const int ls = s + MW_ST - 2; /* into the slot of step s - 2 */
-        if (ls < KSP) mw_stage<BN>(sbase + (uint32_t)((ls % MW_ST) * MW_STAGE), arow, ntok, ls, tid);
-        wg_cp_commit(); /* possibly empty: keeps the group count uniform */
+        if (ls < KSP) mw_stage<BN>(sbase + (uint32_t)((ls % MW_ST) * MW_STAGE), cr, ls);
+        /* the lane's own slot of step s - 1, read back by this lane only */
+        mw_load(wdst, sdst, (u + MW_RING - 1) % MW_RING, cb, sb, s + MW_RING - 1, KS);
+        wg_cp_commit();
     }
-    mw_load(wq, wsr, (u + MW_RING - 1) % MW_RING, cb, sb, s + MW_RING - 1, KS);
     mw_decode(wq, wsr, sodd, u, afr);
     wg_fence();
     mw_mma4<BN>(acc, afr, sbase + (uint32_t)((s % MW_ST) * MW_STAGE), s == 0);
@@ -258,15 +284,21 @@ static __device__ __forceinline__ void mw_unit(const mw_params &p, unsigned char
 {
     float acc[BN / 2]; /* the first wgmma runs with scale-d = 0 */
     uint32_t fa[16], fb[16];
-    uint4 wq[MW_RING];
-    uint32_t wsr[MW_RING / 2], sodd = 0;
+    uint32_t sodd = 0;
     const int KS = p.KS, KSP = p.KSP;
+    const int lane = tid & 31, warp = tid >> 5;
+    const uint4 *wq = (const uint4 *)(smem + MW_WCODES) + warp * MW_RING * 32 + lane;
+    const uint32_t *wsr = (const uint32_t *)(smem + MW_WSCALES) + warp * (MW_RING / 2) * 32 + lane;
+    const uint32_t wdst = sbase + (uint32_t)(MW_WCODES + (warp * MW_RING * 32 + lane) * 16);
+    const uint32_t sdst = sbase + (uint32_t)(MW_WSCALES + (warp * (MW_RING / 2) * 32 + lane) * 4);
+    mw_rows<BN> cr;
+    mw_rows_init<BN>(cr, arow, ntok, tid);
 
 #pragma unroll
-    for (int s = 0; s < MW_RING - 1; s++) mw_load(wq, wsr, s, cb, sb, s, KS);
+    for (int s = 0; s < MW_RING - 1; s++) mw_load(wdst, sdst, s, cb, sb, s, KS); /* group 0 */
 #pragma unroll 1
     for (int ls = 0; ls < MW_ST - 2; ls++) {
-        if (ls < KSP) mw_stage<BN>(sbase + (uint32_t)(ls * MW_STAGE), arow, ntok, ls, tid);
+        if (ls < KSP) mw_stage<BN>(sbase + (uint32_t)(ls * MW_STAGE), cr, ls);
         wg_cp_commit();
     }
     /* unrolled by the ring so that its slots and the two A register sets are
@@ -277,8 +309,8 @@ static __device__ __forceinline__ void mw_unit(const mw_params &p, unsigned char
     for (int s0 = 0; s0 < KSP; s0 += MW_RING) {
 #pragma unroll
         for (int u = 0; u < MW_RING; u++)
-            mw_step<BN>(s0 + u, u, acc, (u & 1) ? fb : fa, wq, wsr, sodd, cb, sb, KS, KSP, sbase,
-                        arow, ntok, tid);
+            mw_step<BN>(s0 + u, u, acc, (u & 1) ? fb : fa, wq, wsr, wdst, sdst, sodd, cb, sb, KS,
+                        KSP, sbase, cr);
     }
     wg_wait<0>();
     wg_reg_fence<BN / 2>(acc);
@@ -287,7 +319,7 @@ static __device__ __forceinline__ void mw_unit(const mw_params &p, unsigned char
 
     float *T = (float *)smem; /* [token][row] */
     {
-        const int lane = tid & 31, g = lane >> 2, t = lane & 3, r0 = (tid >> 5) * 16 + g;
+        const int g = lane >> 2, t = lane & 3, r0 = warp * 16 + g;
 #pragma unroll
         for (int i = 0; i < BN / 8; i++)
 #pragma unroll

@@ -100,6 +100,11 @@ static __device__ __forceinline__ void wg_cp8(uint32_t dst, const void *src, int
                  "r"(src_bytes));
 }
 
+static __device__ __forceinline__ void wg_cp4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
+}
+
 static __device__ __forceinline__ void wg_cp_commit(void) { asm volatile("cp.async.commit_group;"); }
 
 /* wait until at most N of my committed cp.async groups are pending */
