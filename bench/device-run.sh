@@ -49,6 +49,10 @@ Several modes run one after the other on one build. Modes:
   moe-models build; fp4bench moe: GLM-5 in W4A16 beside moe-cublas-bf16,
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
+  sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
+           instruction's scheduling control decoded (bench/sass_ctl.py:
+           stall, scoreboards set and waited on) into OUT/sass, and the runs
+           of global loads that share one scoreboard
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
@@ -95,7 +99,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | sass | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -589,6 +593,25 @@ mode_moe_tree() {
     --step gate_up,down --backend moe-fp4-sm90
 }
 
+# The SASS of the fp4-sm90 kernels as built, with the control field of every
+# instruction decoded: where loads are issued and which scoreboard each waits
+# on is ptxas's choice, not the source's (a register ring's loads gathered on
+# one scoreboard keep no load ahead).
+mode_sass() {
+  local CUOBJ o name
+  CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+  if [ -z "$CUOBJ" ]; then fail "cuobjdump not found"; return; fi
+  mkdir -p "$OUT/sass"
+  for o in $(find build-dev -path '*src/kernels/sm90/*.cu.o' | sort); do
+    name=$(basename "$o" .cu.o)
+    "$CUOBJ" -sass "$o" >"$OUT/sass/$name.sass" 2>&1 || { fail "cuobjdump $name"; continue; }
+    python3 bench/sass_ctl.py "$OUT/sass/$name.sass" >"$OUT/sass/$name.ctl.txt" ||
+      { fail "sass_ctl.py $name"; continue; }
+    say "== $name"
+    python3 bench/sass_ctl.py --loads "$OUT/sass/$name.sass" | tee -a "$log"
+  done
+}
+
 mode_multigpu() {
   local rc t=$tmp/mg-ctest.txt
   say "== ctest -R 'nccl|gpus|layer' ($(nvidia-smi -L 2>/dev/null | wc -l) GPUs)"
@@ -743,6 +766,7 @@ if [ $built = 1 ]; then
       moe-quick) mode_moe_quick ;;
       moe-ab) mode_moe_ab ;;
       moe-tree) mode_moe_tree ;;
+      sass) mode_sass ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
       all) mode_check; mode_bench ;;
