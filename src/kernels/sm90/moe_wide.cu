@@ -28,7 +28,8 @@
  * - Tokens: gathered by pair_index from the prepass rows into a 6-deep ring
  *   of 128-byte-swizzled shared-memory tiles by cp.async, 4 stages ahead.
  *   Step s: wait for stage s, fence to the async proxy, one barrier, copy
- *   stage s + 4 into the slot of step s - 2, decode the weights of step s,
+ *   stage s + 4 into the slot of step s - 2 and the weights of step s + 7
+ *   (one cp.async group), decode the weights of step s,
  *   issue its 4 wgmmas, wait until only they run. The tensor cores work on
  *   step s while the threads decode step s + 1.
  * - The k order: lane t of the weights' fragment holds k-block t of the step
