@@ -91,6 +91,14 @@ def main(argv=None):
     ap.add_argument("--loads", action="store_true", help="print the load runs, not the listing")
     ap.add_argument("--min-run", type=int, default=4, help="shortest load run printed [4]")
     a = ap.parse_args(argv)
+    if a.min_run < 1:
+        print("sass_ctl.py: --min-run must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        func_re = re.compile(a.function) if a.function else None
+    except re.error as e:
+        print(f"sass_ctl.py: --function: bad regex: {e}", file=sys.stderr)
+        return 2
     try:
         text = open(a.file).read() if a.file else sys.stdin.read()
     except OSError as e:
@@ -101,7 +109,7 @@ def main(argv=None):
         print("sass_ctl.py: no sm_70+ SASS functions in the input (cuobjdump -sass output?)", file=sys.stderr)
         return 1
     for name, insns in funcs:
-        if a.function and not re.search(a.function, name):
+        if func_re and not func_re.search(name):
             continue
         if a.loads:
             n = sum(is_global_load(t) for _, t, _ in insns)

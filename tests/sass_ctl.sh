@@ -46,6 +46,10 @@ grep -q "k_run" <<<"$out" && { echo "FAIL: --function did not filter"; fail=1; }
 
 $S <<<"no sass here" >/dev/null 2>&1; rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: input without SASS: exit $rc, want 1"; fail=1; }
+$S --function '(' <<<"$run4" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || { echo "FAIL: a bad --function regex: exit $rc, want 2"; fail=1; }
+$S --loads --min-run 0 <<<"$run4" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || { echo "FAIL: --min-run 0: exit $rc, want 2"; fail=1; }
 $S /nonexistent/listing.sass >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || { echo "FAIL: unreadable file: exit $rc, want 2"; fail=1; }
 [ $fail -eq 0 ] && echo "sass_ctl: ok"
