@@ -175,6 +175,11 @@ static void test_dtype_helpers(void)
     t[0].shape[0] = INT64_MAX;
     t[0].shape[1] = 2;
     CHECK(fp4_tensor_numel(&t[0]) == -1);
+    t[0].ndim = 3;
+    t[0].shape[2] = 0; /* a zero dimension: no elements, though the others overflow */
+    CHECK(fp4_tensor_numel(&t[0]) == 0);
+    t[0].shape[0] = -1;
+    CHECK(fp4_tensor_numel(&t[0]) == -1);
     t[0].ndim = 5;
     CHECK(fp4_tensor_numel(&t[0]) == -1);
     CHECK(fp4_tensor_numel(NULL) == -1);
@@ -313,6 +318,12 @@ static void test_npy_parse_variants(void)
     fp4_tensor_free(&t);
     write_npy_raw(p, 1, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 4);
     CHECK(fp4_npy_read(p, &t, &e) == FP4_OK && t.ndim == 0 && t.nbytes == 4);
+    fp4_tensor_free(&t);
+    /* a zero dimension: no elements, though the others multiply past int64
+     * (a fuzzer's find: the parser took it, fp4_tensor_numel said -1) */
+    write_npy_raw(p, 1, -1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 87500, 87582001641832, 0), }", 0);
+    CHECK(fp4_npy_read(p, &t, &e) == FP4_OK && t.ndim == 4 && t.nbytes == 0 &&
+          fp4_tensor_numel(&t) == 0);
     fp4_tensor_free(&t);
 
     /* rejected */

@@ -58,15 +58,20 @@ const char *fp4_dtype_name(fp4_dtype t)
 }
 
 /* Number of elements of t (1 for a scalar); -1 when ndim or a dimension is
- * out of range or the product overflows int64. */
+ * out of range or the product overflows int64. A zero dimension makes it 0
+ * whatever the others multiply to, as the file parsers count it. */
 int64_t fp4_tensor_numel(const fp4_tensor *t)
 {
     int64_t n = 1;
     if (!t || t->ndim < 0 || t->ndim > FP4_MAX_DIMS) return -1;
     for (int i = 0; i < t->ndim; i++) {
-        int64_t d = t->shape[i];
-        if (d < 0) return -1;
-        if (d != 0 && n > INT64_MAX / d) return -1;
+        if (t->shape[i] < 0) return -1;
+        if (t->shape[i] == 0) n = 0;
+    }
+    if (n == 0) return 0;
+    for (int i = 0; i < t->ndim; i++) {
+        const int64_t d = t->shape[i];
+        if (n > INT64_MAX / d) return -1;
         n *= d;
     }
     return n;
