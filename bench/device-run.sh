@@ -55,6 +55,11 @@ Several modes run one after the other on one build. Modes:
            of global loads that share one scoreboard
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
+  moe-kab  a kernel A/B against ALT_TREE (a source folder, built into
+           build-alt): this tree's grouped-kernel test with every case on the
+           wide path, memcheck and racecheck of it forced wide on a small
+           layer, then both trees' grouped kernel alone (FP4_MOE_TIME=1)
+           alternated KAB_ROUNDS [2] times each
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each of PROF_CASES [stream-t512 stream-t64
            wide-t512; also stream-t1]
@@ -99,7 +104,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -576,6 +581,45 @@ mode_moe_ab() {
   done
 }
 
+# A kernel change measured against ALT_TREE in one run: this tree's wide
+# path checked (every test case forced onto it, then the sanitizers), then
+# the grouped kernel alone timed in both trees, alternated (new, old, new,
+# old, ...) so that drift in clocks shows as a spread, not as a difference.
+mode_moe_kab() {
+  local rc SAN tool r t d
+  if [ -z "${ALT_TREE:-}" ] || [ ! -f "$ALT_TREE/CMakeLists.txt" ]; then fail "moe-kab: ALT_TREE must name a source tree (got '${ALT_TREE:-}')"; return; fi
+  build "$ALT_TREE" build-alt || { fail "build of build-alt"; return; }
+  say "== gpu_moe_kernel, every case on the wide path"
+  FP4_SM90_MOE_PATH=wide timeout 240 ./build-dev/tests/gpu_moe_kernel >"$tmp/kab.txt" 2>&1
+  rc=$?
+  cat "$tmp/kab.txt" >>"$log"
+  grep -E "CHECK failed|checks" "$tmp/kab.txt" | tail -5 | tee -a "$log"
+  [ $rc -eq 0 ] || fail "gpu_moe_kernel, wide path (exit $rc)"
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  for tool in memcheck racecheck; do
+    [ -n "$SAN" ] || { fail "compute-sanitizer not found"; break; }
+    FP4_SM90_MOE_PATH=wide timeout -k 10 150 "$SAN" --tool $tool --error-exitcode 9 $B moe \
+      --dims 2048,768,128,8 --tokens 77,300 --step gate_up,down --mode w4a4,w4a16 \
+      --backend moe-fp4-sm90 --verify-only --quiet >"$tmp/san.txt" 2>&1
+    rc=$?
+    head -60 "$tmp/san.txt" >>"$log"
+    say "$tool moe-fp4-sm90 forced wide (2048,768,128,8; T = 77, 300): exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$tmp/san.txt" | tail -1)"
+    [ $rc -eq 0 ] || fail "$tool moe wide (exit $rc)"
+  done
+  for r in $(seq "${KAB_ROUNDS:-2}"); do
+    for t in new old; do
+      d=build-dev
+      [ $t = old ] && d=build-alt
+      say "== round $r, $t ($d): the grouped kernel alone"
+      FP4_MOE_TIME=1 timeout 200 "./$d/tests/gpu_moe_kernel" >"$tmp/kab.txt" 2>&1
+      rc=$?
+      cat "$tmp/kab.txt" >>"$log"
+      grep -E "^TIME|CHECK failed|checks" "$tmp/kab.txt" | cut -c1-110 | tee -a "$log"
+      [ $rc -eq 0 ] || fail "gpu_moe_kernel timed, $t (exit $rc)"
+    done
+  done
+}
+
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
 # source): built into build-alt, its grouped-kernel test forced onto the wide
 # path and timed, then fp4bench moe on GLM-5 forced wide.
@@ -765,6 +809,7 @@ if [ $built = 1 ]; then
       moe-models) mode_moe_models ;;
       moe-quick) mode_moe_quick ;;
       moe-ab) mode_moe_ab ;;
+      moe-kab) mode_moe_kab ;;
       moe-tree) mode_moe_tree ;;
       sass) mode_sass ;;
       multigpu) mode_multigpu ;;
