@@ -59,7 +59,8 @@ Several modes run one after the other on one build. Modes:
            build-alt): this tree's grouped-kernel test with every case on the
            wide path, memcheck and racecheck of it forced wide on a small
            layer, then both trees' grouped kernel alone (FP4_MOE_TIME=1)
-           alternated KAB_ROUNDS [2] times each
+           alternated KAB_ROUNDS [2] times each, and this tree's with every
+           timing case on the wide path
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each of PROF_CASES [stream-t512 stream-t64
            wide-t512; also stream-t1]
@@ -618,6 +619,12 @@ mode_moe_kab() {
       [ $rc -eq 0 ] || fail "gpu_moe_kernel timed, $t (exit $rc)"
     done
   done
+  say "== new, every timing case on the wide path (where the split could move)"
+  FP4_SM90_MOE_PATH=wide FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel >"$tmp/kab.txt" 2>&1
+  rc=$?
+  cat "$tmp/kab.txt" >>"$log"
+  grep -E "^TIME|CHECK failed|checks" "$tmp/kab.txt" | cut -c1-110 | tee -a "$log"
+  [ $rc -eq 0 ] || fail "gpu_moe_kernel timed on the wide path (exit $rc)"
 }
 
 # Another tree's MoE kernels beside this one's (ALT_TREE: a folder with its
