@@ -55,12 +55,14 @@ Several modes run one after the other on one build. Modes:
            of global loads that share one scoreboard
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
-  moe-kab  a kernel A/B against ALT_TREE (a source folder, built into
-           build-alt): this tree's grouped-kernel test with every case on the
-           wide path, memcheck and racecheck of it forced wide on a small
-           layer, then both trees' grouped kernel alone (FP4_MOE_TIME=1)
-           alternated KAB_ROUNDS [2] times each, and this tree's with every
-           timing case on the wide path
+  moe-kab  a kernel A/B against ALT_TREE and ALT_TREES (source folders,
+           their grouped-kernel test built into build-alt1, build-alt2, ...):
+           this tree's grouped-kernel test with every case on the wide path,
+           memcheck and racecheck of it forced wide on a small layer, then
+           every tree's grouped kernel alone (FP4_MOE_TIME=1; its checks
+           first) alternated KAB_ROUNDS [2] times each, and this tree's with
+           every timing case on the wide path; FP4_MOE_TIME_CASES=a,b times
+           only the cases whose names hold one of the strings
   moe-prof Nsight Compute on both MoE paths: stall reasons and the SASS
            source page (CSV) of each of PROF_CASES [stream-t512 stream-t64
            wide-t512; also stream-t1]
@@ -163,17 +165,20 @@ else
 fi
 
 # ---- build ------------------------------------------------------------------------------
-# build SRC DIR: configure and build; the compiler's output stays in $tmp, only
-# its errors reach the log (warnings are errors: FP4_WERROR).
+# build SRC DIR [TARGET...]: configure and build (every target unless some are
+# named); the compiler's output stays in $tmp, only its errors reach the log
+# (warnings are errors: FP4_WERROR).
 build() {
-  local src=$1 dir=$2 t0=$SECONDS out=$tmp/build-${2##*/}.txt
+  local src=$1 dir=$2 t0=$SECONDS out=$tmp/build-${2##*/}.txt targets=() target
+  shift 2
+  for target in "$@"; do targets+=(--target "$target"); done
   # the binary's commit stamp: SRC/.fp4-commit when the caller wrote one (a
   # copy of the tree may sit inside a git checkout of another revision)
   local stamp
   stamp=$(cat "$src/.fp4-commit" 2>/dev/null || true)
   if cmake -S "$src" -B "$dir" "${cmake_args[@]}" >"$out" 2>&1 &&
-     FP4_COMMIT=$stamp cmake --build "$dir" -j "$(nproc)" >>"$out" 2>&1; then
-    say "== build $src -> $dir: $((SECONDS - t0)) s"
+     FP4_COMMIT=$stamp cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >>"$out" 2>&1; then
+    say "== build $src -> $dir${targets[*]:+ (${targets[*]})}: $((SECONDS - t0)) s"
     grep -E "^-- (NCCL|MPI):" "$out" | tee -a "$log"
     return 0
   fi
@@ -582,14 +587,20 @@ mode_moe_ab() {
   done
 }
 
-# A kernel change measured against ALT_TREE in one run: this tree's wide
-# path checked (every test case forced onto it, then the sanitizers), then
-# the grouped kernel alone timed in both trees, alternated (new, old, new,
-# old, ...) so that drift in clocks shows as a spread, not as a difference.
+# A kernel change measured against other trees in one run (ALT_TREE and
+# ALT_TREES: source folders, only their grouped-kernel test built): this
+# tree's wide path checked (every test case forced onto it, then the
+# sanitizers), then the grouped kernel alone timed in every tree, alternated
+# (this, alt 1, alt 2, ..., this, ...) so that drift in clocks shows as a
+# spread, not as a difference; each timed run checks its tree's cases first.
 mode_moe_kab() {
-  local rc SAN tool r t d
-  if [ -z "${ALT_TREE:-}" ] || [ ! -f "$ALT_TREE/CMakeLists.txt" ]; then fail "moe-kab: ALT_TREE must name a source tree (got '${ALT_TREE:-}')"; return; fi
-  build "$ALT_TREE" build-alt || { fail "build of build-alt"; return; }
+  local rc SAN tool r i t d n=0 trees=(.) dirs=(build-dev)
+  for t in ${ALT_TREE:-} ${ALT_TREES:-}; do
+    n=$((n + 1))
+    if [ ! -f "$t/CMakeLists.txt" ]; then fail "moe-kab: $t is not a source tree"; continue; fi
+    if build "$t" "build-alt$n" gpu_moe_kernel; then trees+=("$t"); dirs+=("build-alt$n"); else fail "build of $t"; fi
+  done
+  if [ ${#trees[@]} -lt 2 ]; then fail "moe-kab: ALT_TREE or ALT_TREES must name a source tree that builds"; return; fi
   say "== gpu_moe_kernel, every case on the wide path"
   FP4_SM90_MOE_PATH=wide timeout 240 ./build-dev/tests/gpu_moe_kernel >"$tmp/kab.txt" 2>&1
   rc=$?
@@ -608,18 +619,17 @@ mode_moe_kab() {
     [ $rc -eq 0 ] || fail "$tool moe wide (exit $rc)"
   done
   for r in $(seq "${KAB_ROUNDS:-2}"); do
-    for t in new old; do
-      d=build-dev
-      [ $t = old ] && d=build-alt
-      say "== round $r, $t ($d): the grouped kernel alone"
+    for i in "${!trees[@]}"; do
+      t=${trees[$i]} d=${dirs[$i]}
+      say "== round $r, tree $i: $t ($(cat "$t/.fp4-commit" 2>/dev/null || echo "$commit")), the grouped kernel alone"
       FP4_MOE_TIME=1 timeout 200 "./$d/tests/gpu_moe_kernel" >"$tmp/kab.txt" 2>&1
       rc=$?
       cat "$tmp/kab.txt" >>"$log"
       grep -E "^TIME|CHECK failed|checks" "$tmp/kab.txt" | cut -c1-110 | tee -a "$log"
-      [ $rc -eq 0 ] || fail "gpu_moe_kernel timed, $t (exit $rc)"
+      [ $rc -eq 0 ] || fail "gpu_moe_kernel timed, tree $i $t (exit $rc)"
     done
   done
-  say "== new, every timing case on the wide path (where the split could move)"
+  say "== this tree, every timing case on the wide path (where the split could move)"
   FP4_SM90_MOE_PATH=wide FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel >"$tmp/kab.txt" 2>&1
   rc=$?
   cat "$tmp/kab.txt" >>"$log"

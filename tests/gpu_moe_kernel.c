@@ -23,6 +23,8 @@
  *    picks, or on the one FP4_SM90_MOE_PATH names (gate_up 256 x [4096 x
  *    6144], down 256 x [6144 x 2048]) in CUDA graphs of 20 launches, cold
  *    weights (3.6 GB; at T = 1 the launches rotate over disjoint experts).
+ *    FP4_MOE_TIME_CASES=a,b,... times only the cases whose names contain one
+ *    of the comma-separated strings (every check still runs).
  * Exits 77 (skipped) without a GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -682,8 +684,45 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
     cudaFree(ws);
 }
 
+/* Whether FP4_MOE_TIME_CASES (comma-separated substrings) selects this case;
+ * every case when it is unset or empty. */
+static int time_selected(const char *name)
+{
+    const char *sel = getenv("FP4_MOE_TIME_CASES");
+    if (!sel || !sel[0]) return 1;
+    while (*sel) {
+        const char *end = strchr(sel, ',');
+        const size_t len = end ? (size_t)(end - sel) : strlen(sel);
+        if (len > 0) {
+            for (const char *p = name; *p; p++)
+                if (strncmp(p, sel, len) == 0) return 1;
+        }
+        if (!end) break;
+        sel = end + 1;
+    }
+    return 0;
+}
+
+/* Times the selected cases of one weight shape (the weights are made only
+ * when a case needs them). */
+static void time_cases(const timing_case *cases, size_t count)
+{
+    size_t selected = 0;
+    for (size_t i = 0; i < count; i++) selected += (size_t)time_selected(cases[i].name);
+    if (selected == 0) return;
+    float *globals = NULL;
+    void *w = make_timing_weights(cases[0].n, cases[0].k, &globals);
+    if (w) {
+        for (size_t i = 0; i < count; i++)
+            if (time_selected(cases[i].name)) time_case(&cases[i], w, globals);
+    }
+    cudaFree(w);
+    cudaFree(globals);
+}
+
 static void time_glm5(void)
 {
+    /* the last three have many tokens an expert (the wide path) */
     static const timing_case gate_up[] = {
         {"gate_up T=512 balanced w4a16", 512, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_BALANCED},
         {"gate_up T=512 balanced w4a4", 512, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_BALANCED},
@@ -691,6 +730,9 @@ static void time_glm5(void)
         {"gate_up T=64 random w4a16", 64, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_RANDOM},
         {"gate_up T=1 w4a16", 1, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_RANDOM},
         {"gate_up T=1 w4a4", 1, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
+        {"gate_up T=2048 random w4a4", 2048, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
+        {"gate_up T=2048 random w4a16", 2048, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_RANDOM},
+        {"gate_up T=8192 random w4a4", 8192, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
     };
     static const timing_case down[] = {
         {"down T=512 balanced w4a16", 512, 6144, 2048, 1, 1, 0, FP4_MOE_ROUTE_BALANCED},
@@ -698,27 +740,8 @@ static void time_glm5(void)
         {"down T=512 balanced w4a16 + combine", 512, 6144, 2048, 1, 1, 1, FP4_MOE_ROUTE_BALANCED},
         {"down T=1 w4a16", 1, 6144, 2048, 1, 1, 0, FP4_MOE_ROUTE_RANDOM},
     };
-    float *globals = NULL;
-    void *w = make_timing_weights(4096, 6144, &globals);
-    if (w) {
-        for (size_t i = 0; i < sizeof gate_up / sizeof gate_up[0]; i++) time_case(&gate_up[i], w, globals);
-        /* many tokens an expert (the decode is repeated for every 32 tokens) */
-        static const timing_case wide[] = {
-            {"gate_up T=2048 random w4a4", 2048, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
-            {"gate_up T=2048 random w4a16", 2048, 4096, 6144, 1, 0, 0, FP4_MOE_ROUTE_RANDOM},
-            {"gate_up T=8192 random w4a4", 8192, 4096, 6144, 0, 0, 0, FP4_MOE_ROUTE_RANDOM},
-        };
-        for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) time_case(&wide[i], w, globals);
-    }
-    cudaFree(w);
-    cudaFree(globals);
-    globals = NULL;
-    w = make_timing_weights(6144, 2048, &globals);
-    if (w) {
-        for (size_t i = 0; i < sizeof down / sizeof down[0]; i++) time_case(&down[i], w, globals);
-    }
-    cudaFree(w);
-    cudaFree(globals);
+    time_cases(gate_up, sizeof gate_up / sizeof gate_up[0]);
+    time_cases(down, sizeof down / sizeof down[0]);
 }
 
 int main(void)
