@@ -51,8 +51,9 @@ Several modes run one after the other on one build. Modes:
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
   sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
            instruction's scheduling control decoded (bench/sass_ctl.py:
-           stall, scoreboards set and waited on) into OUT/sass, and the runs
-           of global loads that share one scoreboard
+           stall, scoreboards set and waited on) into OUT/sass, the runs
+           of global loads that share one scoreboard, and the waits on a
+           load issued fewer than 64 instructions before
   moe-ab   this tree beside each of ALT_TREES (source folders): their MoE
            tests, then the same fp4bench moe rows (AB_TOKENS [1,512,1024,2048])
   moe-kab  a kernel A/B against ALT_TREE and ALT_TREES (source folders,
@@ -670,6 +671,7 @@ mode_sass() {
       { fail "sass_ctl.py $name"; continue; }
     say "== $name"
     python3 bench/sass_ctl.py --loads "$OUT/sass/$name.sass" | tee -a "$log"
+    python3 bench/sass_ctl.py --waits 64 "$OUT/sass/$name.sass" | tee -a "$log"
   done
 }
 

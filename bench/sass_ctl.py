@@ -19,6 +19,14 @@ the operand-reuse flags. Shown per instruction as
 them. An instruction that waits on that scoreboard waits for the whole run,
 so a run of a register ring's loads issued together means the ring is not
 ahead: the first use pays a full memory latency.
+
+--waits N prints, per function, every instruction that waits on a scoreboard
+while a global load issued fewer than N instructions before it (in listing
+order) is still counted on that scoreboard. A scoreboard is a counter, so such
+a wait also waits for that young load: a load issued for a later k-step and
+then waited on before the current step's math leaves no load in flight across
+steps, whatever the ring's depth in the source. Listing order ignores branches,
+so a loop's back edge is not followed.
 """
 import argparse
 import re
@@ -84,13 +92,33 @@ def load_runs(insns, min_run):
     return sorted(runs, key=lambda x: x[1][0])
 
 
+def short_waits(insns, window):
+    """[(wait address, scoreboard, pending loads, youngest load address,
+    instructions since it)] for waits that cover a load issued fewer than
+    `window` instructions before."""
+    out, pending = [], {}  # scoreboard -> [(index, address)] of loads not yet waited on
+    for i, (addr, text, c) in enumerate(insns):
+        for b in c["wait"]:
+            loads = pending.pop(b, [])
+            if loads and i - loads[-1][0] < window:
+                out.append((addr, b, len(loads), loads[-1][1], i - loads[-1][0]))
+        if is_global_load(text) and c["wsb"] != 7:
+            pending.setdefault(c["wsb"], []).append((i, addr))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", nargs="?", help="cuobjdump -sass output (default: standard input)")
     ap.add_argument("--function", help="only functions whose mangled name matches this regex")
     ap.add_argument("--loads", action="store_true", help="print the load runs, not the listing")
     ap.add_argument("--min-run", type=int, default=4, help="shortest load run printed [4]")
+    ap.add_argument("--waits", type=int, metavar="N",
+                    help="print the waits on a global load issued fewer than N instructions before")
     a = ap.parse_args(argv)
+    if a.waits is not None and a.waits < 1:
+        print("sass_ctl.py: --waits must be at least 1", file=sys.stderr)
+        return 2
     if a.min_run < 1:
         print("sass_ctl.py: --min-run must be at least 1", file=sys.stderr)
         return 2
@@ -111,7 +139,13 @@ def main(argv=None):
     for name, insns in funcs:
         if func_re and not func_re.search(name):
             continue
-        if a.loads:
+        if a.waits is not None:
+            w = short_waits(insns, a.waits)
+            n = sum(is_global_load(t) for _, t, _ in insns)
+            print(f"{name}: {len(insns)} instructions, {n} global loads, {len(w)} waits on a load fewer than {a.waits} instructions old")
+            for addr, b, count, young, dist in w:
+                print(f"  {addr:x} waits on SB{b}: {count} loads, the youngest at {young:x}, {dist} instructions before")
+        elif a.loads:
             n = sum(is_global_load(t) for _, t, _ in insns)
             runs = load_runs(insns, a.min_run)
             print(f"{name}: {len(insns)} instructions, {n} global loads, {len(runs)} runs of >= {a.min_run} on one scoreboard")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# bench/sass_ctl.py decodes the control field of cuobjdump's SASS words and
-# finds runs of global loads on one scoreboard. The listing below is made of
-# real sm_90a words (an LDG.128 that sets scoreboard 5, a fence that sets and
-# waits on 1, an IMAD that waits on 1, 2 and 5).
+# bench/sass_ctl.py decodes the control field of cuobjdump's SASS words, finds
+# runs of global loads on one scoreboard and the waits on young loads. The
+# listing below is made of real sm_90a words (an LDG.128 that sets scoreboard
+# 5, a fence that sets and waits on 1, an IMAD that waits on 1, 2 and 5).
 # Usage: sass_ctl.sh [REPO_ROOT]. Exit 77 (skipped) without python3.
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -43,6 +43,19 @@ check "two runs of two" "4 global loads, 2 runs of >= 2" "$out"
 out=$($S --loads --function k_split <<<"$run4"$'\n'"$split")
 check "--function" "^k_split: " "$out"
 grep -q "k_run" <<<"$out" && { echo "FAIL: --function did not filter"; fail=1; }
+
+# --waits: the IMAD of k_run waits on SB5 one instruction after the 4th load;
+# k_split's IMAD waits on its first two loads, its fence on none (SB1 only)
+out=$($S --waits 8 <<<"$run4")
+check "a wait on young loads" "^k_run: 5 instructions, 4 global loads, 1 waits on a load fewer than 8" "$out"
+check "its place" "140 waits on SB5: 4 loads, the youngest at 130, 1 instructions before" "$out"
+out=$($S --waits 1 <<<"$run4")
+check "--waits 1 counts none" "0 waits on a load fewer than 1 " "$out"
+out=$($S --waits 8 <<<"$split")
+check "a wait in k_split" "120 waits on SB5: 2 loads, the youngest at 110, 1 instructions before" "$out"
+check "loads waited once" "k_split: 6 instructions, 4 global loads, 1 waits" "$out"
+$S --waits 0 <<<"$run4" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || { echo "FAIL: --waits 0: exit $rc, want 2"; fail=1; }
 
 $S <<<"no sass here" >/dev/null 2>&1; rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: input without SASS: exit $rc, want 1"; fail=1; }
