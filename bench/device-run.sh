@@ -91,8 +91,7 @@ environment (defaults in brackets):
   COMPARE_SHAPES  compare: MxNxK,... timed instead of the seed and sweep-m
                presets (old, new, new, old: two comparisons)
   OLD_TREE     compare: a folder with the source of the older commit, e.g.
-                 mkdir .old && git archive sm90-experiments | tar -x -C .old
-                 git rev-parse --short=12 sm90-experiments > .old/.fp4-commit
+                 bench/alt-tree.sh sm90-experiments .old
   SHAPES       profile: MxNxK,... [16x8192x8192,256x2048x6144,4096x2048x6144,8192x8192x8192]
   FP4_SM90_KERNEL  profile only: force this fp4-sm90 kernel (decode, mid,
                prefill, prefill-wide) instead of the built-in choice; every
