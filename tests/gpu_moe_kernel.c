@@ -430,6 +430,9 @@ static void test_cases(void)
         {"skewed", 64, 4, 300, 520, 1024, FP4_MOE_ROUTE_SKEWED, 0, 0, 1, 0, 1},
         {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
         {"split K: few tokens, long K", 8, 2, 3, 520, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        /* N % 8 != 0: every output through the scalar bf16 stores */
+        {"n not a multiple of 8 (n=268)", 8, 2, 37, 268, 512, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"n not a multiple of 8 (n=268)", 8, 2, 37, 268, 512, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
         {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
         {"E256 top8 T=1", 256, 8, 1, 384, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
         {"E256 top8 T=16", 256, 8, 16, 384, 512, FP4_MOE_ROUTE_RANDOM, 1, 1, 1, 0, 0},

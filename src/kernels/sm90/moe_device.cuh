@@ -141,10 +141,11 @@ static __device__ __forceinline__ void moe_store8(uint16_t *d, size_t drow, int 
         }
         *(uint4 *)dp = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
-        for (int q = 0; q < 8 && n + q < N; q++) {
-            const __nv_bfloat16 h = __float2bfloat16_rn(v[q] * alpha);
-            memcpy(&dp[q], &h, 2);
-        }
+        /* a whole uint16_t store: ptxas 13.0 turns a 2-byte memcpy of a bf16
+         * into byte stores whose low byte is a float-to-integer conversion
+         * (F2I.U8.F16) of the value, not its bits */
+        for (int q = 0; q < 8 && n + q < N; q++)
+            dp[q] = __bfloat16_as_ushort(__float2bfloat16_rn(v[q] * alpha));
     }
 }
 
