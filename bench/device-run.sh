@@ -48,6 +48,8 @@ Several modes run one after the other on one build. Modes:
            gate_up/down at T = 1 .. 8192, skewed routing, the layer (JSON in OUT)
   moe-models build; fp4bench moe: GLM-5 in W4A16 beside moe-cublas-bf16,
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
+  moe-json build; only the fp4bench moe runs of moe (every JSON of
+           bench/results/h200/moe/, no tests or sanitizers first)
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
   sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
            instruction's scheduling control decoded (bench/sass_ctl.py:
@@ -107,7 +109,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
     ctest | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -540,6 +542,12 @@ mode_moe_stream() {
   say "== the grouped kernel alone (FP4_MOE_TIME=1)"
   FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -E "^TIME|checks" | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
+  moe_stream_runs
+}
+
+# The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines,
+# skewed routing, the layer (the glm5*.json of bench/results/h200/moe/)
+moe_stream_runs() {
   moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
   moe_run glm5-skewed --model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up \
     --backend moe-cublas-bf16,moe-fp4-sm90
@@ -830,6 +838,7 @@ if [ $built = 1 ]; then
       moe-prof) mode_moe_prof ;;
       moe-stream) mode_moe_stream ;;
       moe-models) mode_moe_models ;;
+      moe-json) moe_stream_runs; mode_moe_models ;;
       moe-quick) mode_moe_quick ;;
       moe-ab) mode_moe_ab ;;
       moe-kab) mode_moe_kab ;;
