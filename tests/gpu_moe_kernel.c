@@ -442,6 +442,8 @@ static void test_cases(void)
         /* 40 or more tokens an expert: the wide path by default */
         {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
         {"wide: 75 pairs an expert", 8, 2, 300, 264, 2880, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
+        {"wide: n not a multiple of 8 (n=268)", 8, 2, 300, 268, 512, FP4_MOE_ROUTE_RANDOM, 1, 0, 1, 0, 0},
+        {"wide: n not a multiple of 8 (n=268)", 8, 2, 300, 268, 512, FP4_MOE_ROUTE_RANDOM, 0, 1, 1, 0, 0},
         {"wide: one expert, 340 tokens", 8, 1, 340, 136, 1040, FP4_MOE_ROUTE_TRACE, 0, 0, 1, 1, 0},
         {"wide: skewed", 16, 4, 400, 520, 1024, FP4_MOE_ROUTE_SKEWED, 1, 1, 1, 0, 0},
     };
