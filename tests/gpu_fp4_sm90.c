@@ -451,7 +451,7 @@ int main(void)
     static const int64_t decode_shapes[][3] = {
         {1, 2048, 6144}, {3, 200, 2880},  {16, 2048, 6144}, {17, 768, 48},    {64, 768, 6144},
         {129, 8, 2880},  {16, 1, 16},     {2, 5, 16},       {32, 200, 2880},  {150, 2048, 6144},
-        {16, 8192, 8192}, {16, 28672, 4096},
+        {16, 8192, 8192}, {16, 28672, 4096}, {32, 2048, 6144}, {24, 1024, 2880},
     };
     static const int64_t mid_shapes[][3] = {
         {65, 2048, 6144},  {128, 770, 2880},   {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},
@@ -477,10 +477,13 @@ int main(void)
     for (size_t i = 0; i < NSHAPES(auto_shapes); i++)
         test_gemm(&tester, FP4_SM90_AUTO, auto_shapes[i][0], auto_shapes[i][1], auto_shapes[i][2]);
 
-    /* 3. decode: split counts 1 (D straight from the block), 3 and 45 (the
-     * workspace and the arrival counters; 45 more than most shapes' k-steps) */
+    /* 3. decode: split counts 1 (D straight from the block), 3 (at 24 tokens
+     * a cluster a tile, summed through distributed shared memory; at 16 and 5
+     * the global way) and 45 (more than a cluster holds: the workspace and the
+     * arrival counters; 45 more than most shapes' k-steps) */
     static const int split_counts[] = {1, 3, 45};
-    static const int64_t decode_split_shapes[][3] = {{16, 768, 2880}, {5, 200, 6144}, {40, 2048, 48}};
+    static const int64_t decode_split_shapes[][3] = {
+        {16, 768, 2880}, {5, 200, 6144}, {40, 2048, 48}, {24, 768, 2880}};
     for (int s = 0; s < 3; s++)
         for (size_t i = 0; i < NSHAPES(decode_split_shapes); i++)
             test_direct(&tester, FP4_SM90_DECODE, decode_split_shapes[i][0], decode_split_shapes[i][1],

@@ -15,13 +15,27 @@
  *   16 bytes (row g's 8 bytes, then row g+8's), [tile][k-step][lane] 2 scale
  *   bytes (row g, row g+8). One 512-byte coalesced load per tile and k-step.
  * - A warp covers RT tiles (16*RT rows: the token conversion is shared by
- *   them) and a contiguous K range of a block's split; loads run one k-step
- *   ahead in a register ring. 8 warps a block split the block's K range;
- *   grid = row blocks x K splits x token chunks, sized for about two blocks
- *   per SM (one from 32 row blocks up).
- * - Reduction: warps through shared memory (one barrier); K splits with
+ *   them) and a contiguous K range of a block's split; loads run a stage of
+ *   KPS k-steps ahead in a register ring of two stages. KPS = 2 for chunks
+ *   of 4 token tiles where the grid is one block per SM (the registers allow
+ *   no second), else 1; at 2 each stage's loads are ordered after the
+ *   previous stage's words (ring_after: without it ptxas waited on a deeper
+ *   ring's loads right after issuing them) and the token loads predicated.
+ *   8 warps a block split the block's K range; grid = row blocks x K splits x
+ *   token chunks, sized for about two blocks per SM (one from 32 row blocks
+ *   up).
+ * - Reduction: warps through shared memory (one barrier). For chunks of 4
+ *   token tiles, K splits of up to 8 run as one thread-block cluster a tile
+ *   (the splits along grid y): each
+ *   block leaves its tile in shared memory, and after a cluster barrier each
+ *   sums its share of the tile over the cluster's blocks (distributed shared
+ *   memory, in split order) and writes bf16 D; a second cluster barrier keeps
+ *   every tile alive until read. This replaces the chain of L2 round trips
+ *   of the global reduction (fence, counter, read-back). Smaller chunks
+ *   (clusters of 4 blocks of 64 rows measured slower), more splits, or a GPU
+ *   that cannot hold the clusters at once, take the global way:
  *   red.global.add.v4.f32 into an fp32 workspace and a per-tile arrival
- *   counter: the last block writes bf16 D and re-zeroes its workspace tile
+ *   counter; the last block writes bf16 D and re-zeroes its workspace tile
  *   and counter (graph-replayable, one launch). One split writes D directly.
  */
 #include <cuda_bf16.h>
@@ -39,8 +53,7 @@
 #define D4_WARPS 8
 #define D4_THREADS (32 * D4_WARPS)
 #define D4_NPAD 64 /* packed rows are padded to a multiple of 64 (RT <= 4) */
-#define D4_DEPTH 1 /* k-steps of loads in flight per warp besides the one in use (RT=4:
-                     * 2 x 64 B a lane, ~70 KB a SM at 16 warps) */
+#define D4_MAX_CLUSTER 8 /* the portable cluster size: splits reduced in a cluster */
 
 /* ---- device helpers of the k-permuted layout ---------------------------------------- */
 
@@ -61,10 +74,63 @@ static __device__ __forceinline__ uint32_t ldg_stream2(const uint16_t *p)
     return v;
 }
 
+/* 8 bytes / 1 byte at p where `on`, else zeros: a predicated load (p is not
+ * read when off), so the token loads need no branch and keep no registers
+ * live across one (a branch made ptxas spill). */
+static __device__ __forceinline__ uint2 ldg_or_zero8(const void *p, int on)
+{
+    uint2 v;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %3, 0;\n\tmov.b32 %0, 0;\n\t"
+                 "mov.b32 %1, 0;\n\t@q ld.global.nc.v2.u32 {%0, %1}, [%2];\n\t}"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p), "r"(on));
+    return v;
+}
+
+static __device__ __forceinline__ uint32_t ldg_or_zero1(const void *p, int on)
+{
+    uint32_t v;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %2, 0;\n\tmov.b32 %0, 0;\n\t"
+                 "@q ld.global.nc.u8 %0, [%1];\n\t}"
+                 : "=r"(v)
+                 : "l"(p), "r"(on));
+    return v;
+}
+
 /* byte b of x in bits 0..7 and 16..23, as sf2_to_h2 wants after its shift */
 static __device__ __forceinline__ uint32_t sf_pair(uint32_t x, int b)
 {
     return sf2_to_h2(__byte_perm(x, 0, b == 0 ? 0x4040 : 0x4141) << 7);
+}
+
+/* blocks in this block's cluster: 1 when launched without clusters */
+static __device__ __forceinline__ unsigned cluster_blocks(void)
+{
+    unsigned n;
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+
+/* the cluster's barrier: this block's shared-memory writes before it are
+ * visible to the cluster's reads after it */
+static __device__ __forceinline__ void cluster_sync_all(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+                 ::: "memory");
+}
+
+/* the float4 at p (this block's shared memory) in cluster block `rank` */
+static __device__ __forceinline__ float4 ld_cluster4(const float *p, int rank)
+{
+    uint32_t a;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a)
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
 }
 
 static __device__ __forceinline__ void red_add4(float *p, float4 v)
@@ -218,7 +284,9 @@ struct d4_slot {
     uint32_t qs[NT];
 };
 
-template <int RT, int NT>
+/* PRED: the token loads predicated (no branch: no spills at 2 k-steps a
+ * stage); else branched, which measured faster at one k-step a stage */
+template <int RT, int NT, bool PRED>
 static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *bq,
                                                const uint16_t *bs, const uint8_t *aq,
                                                const uint8_t *asf, int ks, int KS, int tile0,
@@ -234,13 +302,32 @@ static __device__ __forceinline__ void d4_load(d4_slot<RT, NT> &s, const uint4 *
     const int kb = ks * 4 + (lane & 3);
 #pragma unroll
     for (int n = 0; n < NT; n++) {
-        s.q[n] = make_uint2(0, 0);
-        s.qs[n] = 0;
-        if (mrow[n] >= 0 && kb < KB) {
-            s.q[n] = __ldg((const uint2 *)(aq + (size_t)mrow[n] * arow_bytes + (size_t)kb * 8));
-            s.qs[n] = __ldg(asf + swz_off(mrow[n], kb, Kbp));
+        const int on = mrow[n] >= 0 && kb < KB;
+        if (PRED) {
+            const int64_t r = on ? mrow[n] : 0;
+            s.q[n] = ldg_or_zero8(aq + (size_t)r * arow_bytes + (size_t)kb * 8, on);
+            s.qs[n] = ldg_or_zero1(asf + swz_off(r, kb, Kbp), on);
+        } else {
+            s.q[n] = make_uint2(0, 0);
+            s.qs[n] = 0;
+            if (on) {
+                s.q[n] = __ldg((const uint2 *)(aq + (size_t)mrow[n] * arow_bytes + (size_t)kb * 8));
+                s.qs[n] = __ldg(asf + swz_off(mrow[n], kb, Kbp));
+            }
         }
     }
+}
+
+/* The XOR of every word a slot's loads delivered (for ring_after). */
+template <int RT, int NT>
+static __device__ __forceinline__ uint32_t d4_fold(const d4_slot<RT, NT> &s)
+{
+    uint32_t f = 0;
+#pragma unroll
+    for (int i = 0; i < RT; i++) f ^= s.w[i].x ^ s.w[i].y ^ s.w[i].z ^ s.w[i].w ^ s.ws[i];
+#pragma unroll
+    for (int n = 0; n < NT; n++) f ^= s.q[n].x ^ s.q[n].y ^ s.qs[n];
+    return f;
 }
 
 template <int RT, int NT>
@@ -251,14 +338,17 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
 
 /* grid (row blocks, K splits, token chunks); block D4_THREADS.
  * bq/bs: packed weights; aq [M, K/2], asf swizzled; ws fp32 [zc*8*NT][Np] and
- * counters [row blocks * zc] (S > 1 only); kper k-steps per split. */
-template <int RT, int NT>
-__global__ void __launch_bounds__(D4_THREADS, 2)
+ * counters [row blocks * zc] (S > 1 without clusters only); kper k-steps per
+ * split; zero is 0 (ring_after). A launch with clusters of the S splits of a
+ * tile reduces them there. KPS k-steps a ring stage: 2 takes the registers of
+ * a second block per SM. */
+template <int RT, int NT, int KPS>
+__global__ void __launch_bounds__(D4_THREADS, KPS == 1 ? 2 : 1)
 fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs,
                    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                    __nv_bfloat16 *__restrict__ d, float *__restrict__ ws,
                    unsigned *__restrict__ counters, int M, int N, int K, int KS, int kper, int Np,
-                   float alpha_eff)
+                   float alpha_eff, int zero)
 {
     constexpr int ROWS = 16 * RT, TOK = 8 * NT, RS = ROWS + 4;
     extern __shared__ __align__(16) float red[]; /* [warp][TOK][RS] */
@@ -289,22 +379,36 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][n][e] = 0.0f;
 
-    /* register ring: D4_DEPTH + 1 slots, loads issued D4_DEPTH steps ahead */
-    d4_slot<RT, NT> slot[D4_DEPTH + 1];
+    /* register ring: two stages of KPS k-steps; stage h's math runs while
+     * the other's loads are in flight. A stage's k-steps past w1 re-read the
+     * last one (an L2 hit; their math is skipped), so every slot is loaded. */
+    if (w0 < w1) {
+        d4_slot<RT, NT> ring[2][KPS];
 #pragma unroll
-    for (int u = 0; u < D4_DEPTH; u++)
-        if (w0 + u < w1)
-            d4_load<RT, NT>(slot[u], bq, bs, aq, asf, w0 + u, KS, tile0, lane, mrow, KB, Kbp, arow);
-    for (int s = w0; s < w1; s += D4_DEPTH + 1) {
+        for (int u = 0; u < KPS; u++)
+            d4_load<RT, NT, KPS == 2>(ring[0][u], bq, bs, aq, asf, min(w0 + u, w1 - 1), KS, tile0, lane,
+                            mrow, KB, Kbp, arow);
+        for (int s = w0; s < w1; s += 2 * KPS) {
 #pragma unroll
-        for (int u = 0; u <= D4_DEPTH; u++) {
-            const int ks = s + u;
-            if (ks < w1) {
-                const int nx = ks + D4_DEPTH;
-                if (nx < w1)
-                    d4_load<RT, NT>(slot[(u + D4_DEPTH) % (D4_DEPTH + 1)], bq, bs, aq, asf, nx, KS,
-                                    tile0, lane, mrow, KB, Kbp, arow);
-                d4_math<RT, NT>(slot[u], acc);
+            for (int h = 0; h < 2; h++) {
+                const int base = s + h * KPS;
+                if (base < w1) {
+                    uint32_t fold = 0;
+#pragma unroll
+                    for (int u = 0; u < KPS; u++) fold ^= d4_fold<RT, NT>(ring[h][u]);
+                    /* the ordering term only where a stage is 2 k-steps (at 1 the
+                     * loads already follow the slot's use, and it measured slower) */
+                    const int next = base + KPS + (KPS == 2 ? ring_after(fold, zero) : 0);
+                    if (base + KPS < w1) {
+#pragma unroll
+                        for (int u = 0; u < KPS; u++)
+                            d4_load<RT, NT, KPS == 2>(ring[h ^ 1][u], bq, bs, aq, asf, min(next + u, w1 - 1),
+                                            KS, tile0, lane, mrow, KB, Kbp, arow);
+                    }
+#pragma unroll
+                    for (int u = 0; u < KPS; u++)
+                        if (base + u < w1) d4_math<RT, NT>(ring[h][u], acc);
+                }
             }
         }
     }
@@ -315,17 +419,39 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 
     constexpr int C4 = ROWS / 4, E4 = TOK * C4; /* float4 groups of the block tile */
     const int n0 = rb * ROWS;
+    const bool cl = S > 1 && cluster_blocks() > 1; /* clusters (1, S, 1): rank = split */
     for (int e = tid; e < E4; e += D4_THREADS) {
         const int tok = e / C4, c4 = (e - tok * C4) * 4;
         const float4 v = sum_warp_tiles4(red, D4_WARPS, TOK * RS, tok * RS + c4);
         const int m = m0 + tok, n = n0 + c4;
         if (S == 1) {
             if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
+        } else if (cl) { /* the block's tile, in warp 0's place (only this thread reads it) */
+            *(float4 *)(red + tok * RS + c4) = v;
         } else {
             red_add4(ws + (size_t)m * Np + n, v);
         }
     }
     if (S == 1) return;
+    if (cl) { /* cluster rank = split: this block sums its share over the S tiles */
+        cluster_sync_all();
+        const int lo = (int)((long long)split * E4 / S), hi = (int)((long long)(split + 1) * E4 / S);
+        for (int e = lo + tid; e < hi; e += D4_THREADS) {
+            const int tok = e / C4, c4 = (e - tok * C4) * 4;
+            float4 v = ld_cluster4(red + tok * RS + c4, 0);
+            for (int q = 1; q < S; q++) {
+                const float4 x = ld_cluster4(red + tok * RS + c4, q);
+                v.x += x.x;
+                v.y += x.y;
+                v.z += x.z;
+                v.w += x.w;
+            }
+            const int m = m0 + tok, n = n0 + c4;
+            if (m < M && n < N) store_bf16x4(d, m, n, N, v, alpha_eff, (N & 3) == 0);
+        }
+        cluster_sync_all(); /* no block leaves while another reads its tile */
+        return;
+    }
 
     splitk_last_block(ws, counters + (size_t)chunk * gridDim.x + rb, d, S, m0, n0, TOK, ROWS, M, N,
                       Np, alpha_eff, &s_last);
@@ -335,10 +461,12 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 
 typedef void (*d4_kernel_fn)(const uint4 *, const uint16_t *, const uint8_t *, const uint8_t *,
                              __nv_bfloat16 *, float *, unsigned *, int, int, int, int, int, int,
-                             float);
+                             float, int);
 
 typedef struct d4_cfg {
     int rt, nt;             /* tiles per warp, token tiles per chunk */
+    int kps;                /* k-steps a register-ring stage */
+    int cl;                 /* S > 1 splits may be reduced in a cluster (S <= D4_MAX_CLUSTER) */
     int rbs, S, kper, zc;   /* row blocks, K splits, k-steps per split, token chunks */
     size_t smem;
 } d4_cfg;
@@ -374,13 +502,20 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
     if (kper > KS) kper = KS;
     c->kper = (int)kper;
     c->S = (int)((KS + kper - 1) / kper); /* every split non-empty */
+    /* two k-steps a stage need the registers of a second block: only where
+     * the grid is one block per SM anyway */
+    /* both only for chunks of 4 token tiles (17 to 32 tokens): measured on an
+     * H100 they win 8-16% there and lose 3-19% at 1 and 16 tokens */
+    c->kps = c->nt == 4 && c->rbs >= 32 && (int64_t)c->rbs * c->S * c->zc <= sms ? 2 : 1;
+    c->cl = c->nt == 4 && c->S > 1 && c->S <= D4_MAX_CLUSTER;
     c->smem = (size_t)D4_WARPS * (size_t)(8 * c->nt) * (size_t)(16 * c->rt + 4) * sizeof(float);
 }
 
-static d4_kernel_fn d4_kernel(int rt, int nt)
+static d4_kernel_fn d4_kernel(int rt, int nt, int kps)
 {
-    if (rt == 4) return nt == 1 ? fp4_sm90_decode_kernel<4, 1> : fp4_sm90_decode_kernel<4, 2>;
-    return fp4_sm90_decode_kernel<2, 4>;
+    if (kps == 2) return fp4_sm90_decode_kernel<2, 4, 2>; /* d4_plan: only with nt = 4 */
+    if (rt == 4) return nt == 1 ? fp4_sm90_decode_kernel<4, 1, 1> : fp4_sm90_decode_kernel<4, 2, 1>;
+    return fp4_sm90_decode_kernel<2, 4, 1>;
 }
 
 static size_t d4_counters_bytes(int64_t m, int64_t n)
@@ -463,14 +598,48 @@ fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stre
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 decode: workspace missing or too small");
     unsigned *counters = (unsigned *)a->workspace;
     float *ws = a->workspace ? (float *)((char *)a->workspace + d4_counters_bytes(a->m, a->n)) : NULL;
-    dim3 grid((unsigned)c.rbs, (unsigned)c.S, (unsigned)c.zc);
+    const d4_kernel_fn fn = d4_kernel(c.rt, c.nt, c.kps);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)c.rbs, (unsigned)c.S, (unsigned)c.zc);
+    cfg.blockDim = dim3(D4_THREADS);
+    cfg.dynamicSmemBytes = c.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = (unsigned)c.S;
+    attr.val.clusterDim.z = 1;
+    if (c.cl) {
+        /* the clusters must all fit at once, or the reduction takes the global
+         * way (also where the query fails: its error is cleared) */
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int fit = 0;
+        if (cudaOccupancyMaxActiveClusters(&fit, (const void *)fn, &cfg) != cudaSuccess) {
+            (void)cudaGetLastError();
+            fit = 0;
+        }
+        if ((int64_t)fit < (int64_t)c.rbs * c.zc) {
+            cfg.attrs = NULL;
+            cfg.numAttrs = 0;
+        }
+    }
+    const uint4 *bq = (const uint4 *)a->b_codes;
+    const uint16_t *bs = (const uint16_t *)a->b_sf;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)a->d;
+    const int M = (int)a->m, N = (int)a->n, K = (int)a->k, KS = (int)d4_ks(a->k);
+    const int Np = (int)d4_np(a->n), zero = 0;
     /* both operands carry 2^-7 from the dequantization */
     const float alpha_eff = a->alpha * 16384.0f;
-    d4_kernel(c.rt, c.nt)<<<grid, D4_THREADS, c.smem, stream>>>(
-        (const uint4 *)a->b_codes, (const uint16_t *)a->b_sf, a->a_codes, a->a_sf,
-        (__nv_bfloat16 *)a->d, ws, counters, (int)a->m, (int)a->n, (int)a->k, (int)d4_ks(a->k),
-        c.kper, (int)d4_np(a->n), alpha_eff);
-    FP4_CUDA_LAUNCH_TRY(err);
+    void *args[] = {(void *)&bq, (void *)&bs,     (void *)&a->a_codes, (void *)&a->a_sf,
+                    (void *)&d,  (void *)&ws,     (void *)&counters,   (void *)&M,
+                    (void *)&N,  (void *)&K,      (void *)&KS,         (void *)&c.kper,
+                    (void *)&Np, (void *)&alpha_eff, (void *)&zero};
+    const cudaError_t le = cudaLaunchKernelExC(&cfg, (const void *)fn, args);
+    if (le != cudaSuccess) {
+        (void)cudaGetLastError(); /* a launch error is not left for the next check */
+        return fp4_fail(err, FP4_ERR_CUDA, "fp4-sm90 decode: launch: %s", cudaGetErrorString(le));
+    }
     return FP4_OK;
 }
 

@@ -1,7 +1,7 @@
 /* Device helpers shared by the fp4-sm90 kernels: the fp16x2 multiply, the
  * UE4M3 scale -> fp16 conversion, streaming loads, the swizzled scale
- * offset, the bf16 store of four sums and an acquiring load. Include from .cu
- * files only. */
+ * offset, the bf16 store of four sums, an acquiring load and the ordering
+ * term of the register rings. Include from .cu files only. */
 #ifndef FP4_SM90_DEVICE_CUH
 #define FP4_SM90_DEVICE_CUH
 
@@ -43,6 +43,16 @@ static __device__ __forceinline__ uint32_t ldg_stream4(const uint32_t *p)
     uint32_t v;
     asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
+}
+
+/* 0, from a fold of the words a register-ring slot delivered and a kernel
+ * argument that is always 0. Added to the next loads' index, it makes them
+ * wait for that slot, and pins where they issue: ptxas otherwise moves the
+ * ring's loads and counts them on one scoreboard with the slot's (in SASS, a
+ * ring written 3 k-steps ahead was waited on 1 to 2 k-steps after its loads). */
+static __device__ __forceinline__ int ring_after(uint32_t fold, int zero)
+{
+    return (int)(fold & (uint32_t)zero);
 }
 
 /* Swizzled scale offset (format.h fp4_swizzle_offset). */
