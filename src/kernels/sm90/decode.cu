@@ -336,6 +336,72 @@ static __device__ __forceinline__ void d4_math(const d4_slot<RT, NT> &s, float (
     kperm_kstep_mma<RT, NT>(s.w, s.ws, s.q, s.qs, acc);
 }
 
+/* k-steps w0..w1 of one warp into acc, loads one k-step ahead in a register
+ * ring of two slots (the loads follow the slot's use, so ptxas keeps them in
+ * flight through the math) */
+template <int RT, int NT>
+static __device__ __forceinline__ void d4_stream_ring1(float (*acc)[NT][4], const uint4 *bq,
+                                                       const uint16_t *bs, const uint8_t *aq,
+                                                       const uint8_t *asf, int w0, int w1, int KS,
+                                                       int tile0, int lane, const int *mrow, int KB,
+                                                       int Kbp, size_t arow)
+{
+    d4_slot<RT, NT> slot[2];
+    if (w0 < w1) d4_load<RT, NT, false>(slot[0], bq, bs, aq, asf, w0, KS, tile0, lane, mrow, KB, Kbp, arow);
+    for (int s = w0; s < w1; s += 2) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int ks = s + u;
+            if (ks < w1) {
+                if (ks + 1 < w1)
+                    d4_load<RT, NT, false>(slot[u ^ 1], bq, bs, aq, asf, ks + 1, KS, tile0, lane, mrow,
+                                           KB, Kbp, arow);
+                d4_math<RT, NT>(slot[u], acc);
+            }
+        }
+    }
+}
+
+/* The same with two stages of 2 k-steps: stage h's math runs while the
+ * other's loads are in flight. Each stage's loads are ordered after the
+ * previous stage's words (ring_after, zero = 0): without it ptxas waited on
+ * the deeper ring's loads right after issuing them. A stage's k-steps past
+ * w1 re-read the last one (an L2 hit; their math is skipped), so every slot
+ * is loaded. */
+template <int RT, int NT>
+static __device__ __forceinline__ void d4_stream_ring2(float (*acc)[NT][4], const uint4 *bq,
+                                                       const uint16_t *bs, const uint8_t *aq,
+                                                       const uint8_t *asf, int w0, int w1, int KS,
+                                                       int tile0, int lane, const int *mrow, int KB,
+                                                       int Kbp, size_t arow, int zero)
+{
+    if (w0 >= w1) return;
+    d4_slot<RT, NT> ring[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+        d4_load<RT, NT, true>(ring[0][u], bq, bs, aq, asf, min(w0 + u, w1 - 1), KS, tile0, lane, mrow,
+                              KB, Kbp, arow);
+    for (int s = w0; s < w1; s += 4) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int base = s + 2 * h;
+            if (base < w1) {
+                const uint32_t fold = d4_fold<RT, NT>(ring[h][0]) ^ d4_fold<RT, NT>(ring[h][1]);
+                const int next = base + 2 + ring_after(fold, zero);
+                if (base + 2 < w1) {
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+                        d4_load<RT, NT, true>(ring[h ^ 1][u], bq, bs, aq, asf, min(next + u, w1 - 1), KS,
+                                              tile0, lane, mrow, KB, Kbp, arow);
+                }
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+                    if (base + u < w1) d4_math<RT, NT>(ring[h][u], acc);
+            }
+        }
+    }
+}
+
 /* grid (row blocks, K splits, token chunks); block D4_THREADS.
  * bq/bs: packed weights; aq [M, K/2], asf swizzled; ws fp32 [zc*8*NT][Np] and
  * counters [row blocks * zc] (S > 1 without clusters only); kper k-steps per
@@ -379,39 +445,11 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][n][e] = 0.0f;
 
-    /* register ring: two stages of KPS k-steps; stage h's math runs while
-     * the other's loads are in flight. A stage's k-steps past w1 re-read the
-     * last one (an L2 hit; their math is skipped), so every slot is loaded. */
-    if (w0 < w1) {
-        d4_slot<RT, NT> ring[2][KPS];
-#pragma unroll
-        for (int u = 0; u < KPS; u++)
-            d4_load<RT, NT, KPS == 2>(ring[0][u], bq, bs, aq, asf, min(w0 + u, w1 - 1), KS, tile0, lane,
-                            mrow, KB, Kbp, arow);
-        for (int s = w0; s < w1; s += 2 * KPS) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int base = s + h * KPS;
-                if (base < w1) {
-                    uint32_t fold = 0;
-#pragma unroll
-                    for (int u = 0; u < KPS; u++) fold ^= d4_fold<RT, NT>(ring[h][u]);
-                    /* the ordering term only where a stage is 2 k-steps (at 1 the
-                     * loads already follow the slot's use, and it measured slower) */
-                    const int next = base + KPS + (KPS == 2 ? ring_after(fold, zero) : 0);
-                    if (base + KPS < w1) {
-#pragma unroll
-                        for (int u = 0; u < KPS; u++)
-                            d4_load<RT, NT, KPS == 2>(ring[h ^ 1][u], bq, bs, aq, asf, min(next + u, w1 - 1),
-                                            KS, tile0, lane, mrow, KB, Kbp, arow);
-                    }
-#pragma unroll
-                    for (int u = 0; u < KPS; u++)
-                        if (base + u < w1) d4_math<RT, NT>(ring[h][u], acc);
-                }
-            }
-        }
-    }
+    if (KPS == 1)
+        d4_stream_ring1<RT, NT>(acc, bq, bs, aq, asf, w0, w1, KS, tile0, lane, mrow, KB, Kbp, arow);
+    else
+        d4_stream_ring2<RT, NT>(acc, bq, bs, aq, asf, w0, w1, KS, tile0, lane, mrow, KB, Kbp, arow,
+                                zero);
 
     /* warps -> shared memory: red[warp][tok][row] */
     kperm_acc_to_smem<RT, NT>(acc, red + (size_t)warp * TOK * RS, RS, lane);
@@ -419,7 +457,8 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 
     constexpr int C4 = ROWS / 4, E4 = TOK * C4; /* float4 groups of the block tile */
     const int n0 = rb * ROWS;
-    const bool cl = S > 1 && cluster_blocks() > 1; /* clusters (1, S, 1): rank = split */
+    /* clusters (1, S, 1), rank = split; d4_plan asks for them only with 4 token tiles */
+    const bool cl = NT == 4 && S > 1 && cluster_blocks() > 1;
     for (int e = tid; e < E4; e += D4_THREADS) {
         const int tok = e / C4, c4 = (e - tok * C4) * 4;
         const float4 v = sum_warp_tiles4(red, D4_WARPS, TOK * RS, tok * RS + c4);
