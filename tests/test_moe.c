@@ -183,7 +183,9 @@ static int same_routing(const fp4_moe_routing *a, const fp4_moe_routing *b, int6
            memcmp(a->weights, b->weights, n * sizeof *a->weights) == 0;
 }
 
-/* Distinct ids (routing_check) and weights: positive, summing to 1. */
+/* Distinct ids (routing_check) and weights: positive, summing to 1; top-1: a
+ * sigmoid, strictly between 0 and 1 (a weight of 1 would hide a combine that
+ * ignores the weights). */
 static void check_routing_shape(const fp4_moe_routing *r, const char *what)
 {
     fp4_err err;
@@ -191,11 +193,42 @@ static void check_routing_shape(const fp4_moe_routing *r, const char *what)
     for (int64_t t = 0; t < r->tokens; t++) {
         double sum = 0.0;
         for (int j = 0; j < r->top_k; j++) sum += r->weights[t * r->top_k + j];
-        if (fabs(sum - 1.0) > 1e-5 || !(r->weights[t * r->top_k] > 0.0f)) {
+        const int bad = r->top_k == 1 ? !(sum > 0.0 && sum < 1.0)
+                                      : fabs(sum - 1.0) > 1e-5 || !(r->weights[t * r->top_k] > 0.0f);
+        if (bad) {
             CHECK_MSG(0, "%s: token %lld's weights sum to %g", what, (long long)t, sum);
             break;
         }
     }
+}
+
+/* Top-1 in every drawn mode: weights in (0, 1) that differ between tokens. */
+static void test_top1_weights(void)
+{
+    const fp4_moe_route_mode modes[3] = {FP4_MOE_ROUTE_BALANCED, FP4_MOE_ROUTE_RANDOM,
+                                         FP4_MOE_ROUTE_SKEWED};
+    for (int m = 0; m < 3; m++) {
+        fp4_moe_route_opts o = {modes[m], 5, 1.2, NULL, NULL};
+        fp4_moe_routing r;
+        fp4_err err;
+        const char *name = fp4_moe_route_mode_name(modes[m]);
+        if (fp4_moe_route(&o, 200, 128, 1, &r, &err) != FP4_OK) {
+            CHECK_MSG(0, "top-1 %s: %s", name, err.msg);
+            continue;
+        }
+        check_routing_shape(&r, name);
+        int distinct = 0;
+        for (int64_t t = 1; t < r.tokens; t++) distinct += r.weights[t] != r.weights[0];
+        CHECK_MSG(distinct > 150, "top-1 %s: %d of 199 weights differ from token 0's", name,
+                  distinct);
+        fp4_moe_routing_free(&r);
+    }
+}
+
+static int desc_int32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x < y) - (x > y);
 }
 
 static void test_balanced(void)
@@ -281,6 +314,26 @@ static void test_random_and_skewed(void)
         fp4_moe_routing_free(&r);
     } else {
         CHECK_MSG(0, "skewed: %s", err.msg);
+    }
+    /* top-1 has no draws without replacement: the counts, hottest first, are
+     * Zipf's T * (i+1)^-s / H(s) within 5 binomial sigma (s = 1 or 1.4 instead
+     * of 1.2 would miss the hottest by 21 or 23 sigma) */
+    o.zipf_s = 1.2;
+    if (fp4_moe_route(&o, 20000, 64, 1, &r, &err) == FP4_OK) {
+        counts_of(&r, counts);
+        qsort(counts, 64, sizeof counts[0], desc_int32);
+        double harmonic = 0.0;
+        for (int i = 0; i < 64; i++) harmonic += pow(i + 1.0, -1.2);
+        for (int i = 0; i < 8; i++) {
+            const double p = pow(i + 1.0, -1.2) / harmonic, want = 20000.0 * p;
+            const double sigma = sqrt(20000.0 * p * (1.0 - p));
+            CHECK_MSG(fabs(counts[i] - want) <= 5.0 * sigma,
+                      "skewed s=1.2 top-1: rank %d has %d pairs, Zipf says %.0f +- %.0f", i,
+                      (int)counts[i], want, sigma);
+        }
+        fp4_moe_routing_free(&r);
+    } else {
+        CHECK_MSG(0, "skewed top-1: %s", err.msg);
     }
     /* s = 0 is uniform and still distinct; k = E takes every expert */
     o.zipf_s = 0.0;
@@ -961,6 +1014,7 @@ int main(int argc, char **argv)
     test_presets();
     test_balanced();
     test_random_and_skewed();
+    test_top1_weights();
     test_trace();
     test_plan();
     test_bytes();

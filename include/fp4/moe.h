@@ -121,11 +121,12 @@ typedef struct fp4_moe_route_opts {
 } fp4_moe_route_opts;
 
 /* Expert ids and weights per (token, slot). ids of one token are distinct.
- * Weights: a softmax over k logits per token (so they sum to 1 up to rounding):
- * random mode's selected router logits (= top-k of the full softmax,
- * renormalised); in the other modes k gaussian logits drawn from the seed, so
- * that the weights differ between slots and a combine that mixes slots up fails
- * verification. Trace mode takes the caller's weights when given. */
+ * Weights: a softmax over k logits per token (so they sum to 1 up to rounding),
+ * or for top-1 the sigmoid of its one logit (never exactly 1): random mode's
+ * selected router logits (= top-k of the full softmax, renormalised); in the
+ * other modes k gaussian logits drawn from the seed, so that the weights
+ * differ between slots and a combine that mixes slots up or ignores the
+ * weights fails verification. Trace mode takes the caller's weights when given. */
 typedef struct fp4_moe_routing {
     int64_t tokens;
     int experts, top_k;

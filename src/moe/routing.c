@@ -98,9 +98,16 @@ static void permutation(uint64_t seed, int32_t *perm, int n)
     }
 }
 
-/* w[0..k) = softmax(logits[0..k)), in double, each rounded once to float. */
+/* w[0..k) = softmax(logits[0..k)), in double, each rounded once to float.
+ * One slot: sigmoid(logit) instead (a softmax of one logit is 1, under which a
+ * combine that ignores the weights would verify; top-1 routers such as
+ * Llama 4's score their expert by a sigmoid). */
 static void softmax(const double *logits, int k, float *w)
 {
+    if (k == 1) {
+        w[0] = (float)(1.0 / (1.0 + exp(-logits[0])));
+        return;
+    }
     double mx = logits[0], sum = 0.0;
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
     for (int j = 0; j < k; j++) sum += exp(logits[j] - mx);
