@@ -16,6 +16,7 @@
 #include "fp4/moe_backend.h"
 #include "fp4/moe_engine.h"
 #include "fp4/report.h"
+#include "bench/moe_inputs.h"
 
 enum fake_mode {
     F_GOOD,          /* the exact references */
@@ -451,6 +452,54 @@ static void test_labels_and_checks(void)
     CHECK(fp4_moe_problem_check(&p, 1, &err) == FP4_ERR_INVALID_ARG);
 }
 
+/* The engine's gpt-oss inputs reach both clamps of its SwiGLU (gate > 7,
+ * |up| > 7) often enough that a kernel without one fails verification. */
+static void test_oai_clamps_reached(void)
+{
+    const fp4_moe_dims d = {256, 128, 4, 2, FP4_MOE_ACT_SWIGLU_OAI};
+    const fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 3, 0.0, NULL, NULL};
+    const int64_t T = 64, pairs = T * d.top_k, I = d.inter;
+    fp4_moe_weights w;
+    fp4_moe_routing r;
+    uint16_t *x = NULL;
+    fp4_err err;
+    float *out = malloc((size_t)T * (size_t)d.hidden * sizeof *out);
+    float *y = malloc((size_t)pairs * (size_t)(2 * I) * sizeof *y);
+    if (!out || !y || fp4_moe_make_weights(&d, FP4_DATA_GAUSSIAN, 9, &w, &err) != FP4_OK) {
+        CHECK_MSG(0, "gpt-oss inputs: %s", out && y ? err.msg : "no memory");
+        free(out);
+        free(y);
+        return;
+    }
+    if (fp4_moe_make_rows(T, d.hidden, 9, 1, &x, &err) == FP4_OK &&
+        fp4_moe_route(&ro, T, d.experts, d.top_k, &r, &err) == FP4_OK) {
+        const fp4_moe_layer_opts o = {FP4_MOE_W4A16, 0.0f, 0.0f, 1};
+        fp4_moe_layer_out io = {out, y, NULL, NULL, 0.0f, 0.0f};
+        if (fp4_moe_layer_ref(&d, &w, x, &r, &o, &io, &err) == FP4_OK) {
+            int64_t gate_over = 0, up_over = 0;
+            for (int64_t p = 0; p < pairs; p++)
+                for (int64_t i = 0; i < I; i++) {
+                    gate_over += y[p * 2 * I + i] > 7.0f;
+                    up_over += fabsf(y[p * 2 * I + I + i]) > 7.0f;
+                }
+            /* 1% of 16384 values each: the gain puts about 4% and 8% there */
+            CHECK_MSG(gate_over * 100 >= pairs * I, "gpt-oss: %lld of %lld gate values over 7",
+                      (long long)gate_over, (long long)(pairs * I));
+            CHECK_MSG(up_over * 100 >= pairs * I, "gpt-oss: %lld of %lld up values past +-7",
+                      (long long)up_over, (long long)(pairs * I));
+        } else {
+            CHECK_MSG(0, "gpt-oss layer reference: %s", err.msg);
+        }
+        fp4_moe_routing_free(&r);
+    } else {
+        CHECK_MSG(0, "gpt-oss inputs: %s", err.msg);
+    }
+    free(x);
+    free(out);
+    free(y);
+    fp4_moe_weights_free(&w);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : ".";
@@ -460,5 +509,6 @@ int main(int argc, char **argv)
     test_timed();
     test_report(dir);
     test_sampled();
+    test_oai_clamps_reached();
     return check_finish("test_moe_engine");
 }

@@ -13,8 +13,10 @@
  * outliers, wide: fp4_make_operand's), each from its own seed (seed, matrix,
  * expert), on one thread per online core. The global scales are then divided
  * by sqrt(K) (the codes and block scales stay as made), so that a layer's
- * outputs are of the order of its inputs, as in a trained model. w is
- * initialised here; on failure it holds nothing. */
+ * outputs are of the order of its inputs, as in a trained model; gpt-oss's
+ * gate_up ones (swiglu-oai) are also multiplied by 4, so that its clamps are
+ * reached (some 4% of gate and 8% of up values). w is initialised here; on
+ * failure it holds nothing. */
 fp4_status fp4_moe_make_weights(const fp4_moe_dims *d, fp4_data_kind kind, uint64_t seed,
                                 fp4_moe_weights *w, fp4_err *err);
 
