@@ -5,7 +5,7 @@
 # (a bad file). On a machine without a GPU the GPU backends say so.
 source "$(dirname "$0")/lib_cli.sh"
 
-D="--dims 64,32,8,2"
+D="--dims 96,32,8,2"  # H != 2I: the steps' widths differ
 Q="--quiet --max-time 0.2 --warmup-ms 0 --min-samples 3 --backend moe-cpu-ref"
 
 # npy_ints FILE DESCR BYTES T K V...: a C-order .npy of little-endian integers

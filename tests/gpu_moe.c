@@ -101,13 +101,14 @@ int main(int argc, char **argv)
     /* top-1: every token on expert 5 */
     static int32_t one[37];
     for (int i = 0; i < 37; i++) one[i] = 5;
+    /* H != 2I in most cases, so that gate_up's width (2I) and down's (H) differ */
     const layer_case cases[] = {
-        {"idle and hot experts", {256, 128, 8, 2, FP4_MOE_ACT_SILU}, 6, FP4_MOE_ROUTE_TRACE, hot},
-        {"top-1 onto one expert", {256, 128, 8, 1, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_TRACE, one},
+        {"idle and hot experts", {256, 96, 8, 2, FP4_MOE_ACT_SILU}, 6, FP4_MOE_ROUTE_TRACE, hot},
+        {"top-1 onto one expert", {384, 128, 8, 1, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_TRACE, one},
         {"T*k = 111 pairs", {512, 256, 16, 3, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_RANDOM, NULL},
         {"K = 2880 (gpt-oss)", {2880, 2880, 4, 2, FP4_MOE_ACT_SWIGLU_OAI}, 5, FP4_MOE_ROUTE_RANDOM, NULL},
         {"skewed, 64 experts", {1024, 512, 64, 8, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_SKEWED, NULL},
-        {"75 pairs an expert (wide)", {1024, 512, 8, 2, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_RANDOM, NULL},
+        {"75 pairs an expert (wide)", {768, 512, 8, 2, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_RANDOM, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_layer_case(m, &rep, &cases[i], b, nb);
     fp4_moe_engine_destroy(m, NULL);

@@ -24,14 +24,16 @@ enum fake_mode {
     F_UNWRITTEN_MID, /* the middle output row left as poisoned */
     F_NO_POISON,     /* poison() writes zeros */
     F_RUN_ERROR,     /* run() fails */
+    F_ONE_COPY,      /* every copy computed from copy 0's input */
     F_MODES
 };
 
 typedef struct fake_plan {
     int mode;
     const fp4_moe_problem *p;
-    float *out, *d;
+    float *out, *d; /* out: [copies][count] */
     size_t count;
+    int copies;
 } fake_plan;
 
 static fp4_status fake_open_mode(void **inst, int mode)
@@ -62,7 +64,8 @@ static fp4_status fake_prepare(void *inst, const fp4_moe_problem *pr, int copies
     p->mode = (int)(intptr_t)inst - 1;
     p->p = pr;
     p->count = (size_t)fp4_moe_output_rows(pr) * (size_t)fp4_moe_output_cols(pr);
-    p->out = malloc(p->count * sizeof *p->out);
+    p->copies = copies;
+    p->out = malloc((size_t)copies * p->count * sizeof *p->out);
     p->d = malloc((size_t)pr->plan->pairs * (size_t)pr->dims.hidden * sizeof *p->d);
     if (!p->out || !p->d) {
         fake_release(p);
@@ -75,7 +78,8 @@ static fp4_status fake_prepare(void *inst, const fp4_moe_problem *pr, int copies
 static fp4_status fake_poison(void *p_, int copy, void *stream, fp4_err *err)
 {
     fake_plan *p = p_;
-    for (size_t i = 0; i < p->count; i++) p->out[i] = p->mode == F_NO_POISON ? 0.0f : NAN;
+    float *o = p->out + (size_t)copy * p->count;
+    for (size_t i = 0; i < p->count; i++) o[i] = p->mode == F_NO_POISON ? 0.0f : NAN;
     return FP4_OK;
 }
 
@@ -88,6 +92,8 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
     /* the copy's own output (unwritten rows must stay as poison left them) */
     float *tmp = malloc(p->count * sizeof *tmp);
     if (!tmp) return fp4_fail(err, FP4_ERR_NOMEM, "fake: no memory");
+    float *o = p->out + (size_t)copy * p->count;
+    if (p->mode == F_ONE_COPY) copy = 0;
     switch (pr->step) {
     case FP4_MOE_STEP_GATE_UP:
         st = pr->mode == FP4_MOE_W4A4
@@ -116,11 +122,11 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
     if (st == FP4_OK) {
         const size_t cols = (size_t)fp4_moe_output_cols(pr), mid = (size_t)fp4_moe_output_rows(pr) / 2;
         for (size_t i = 0; i < p->count; i++)
-            if (!(p->mode == F_UNWRITTEN_MID && i / cols == mid)) p->out[i] = tmp[i];
+            if (!(p->mode == F_UNWRITTEN_MID && i / cols == mid)) o[i] = tmp[i];
         if (p->mode == F_WRONG) { /* half the largest output: beyond every tolerance, the layer's too */
             float amax = 0.0f;
             for (size_t i = 0; i < p->count; i++) amax = fmaxf(amax, fabsf(tmp[i]));
-            p->out[0] += amax > 0.0f ? 0.5f * amax : 1.0f;
+            o[0] += amax > 0.0f ? 0.5f * amax : 1.0f;
         }
     }
     free(tmp);
@@ -130,7 +136,7 @@ static fp4_status fake_run(void *p_, int copy, void *stream, fp4_err *err)
 static fp4_status fake_read(void *p_, int copy, float *out, fp4_err *err)
 {
     fake_plan *p = p_;
-    memcpy(out, p->out, p->count * sizeof *out);
+    memcpy(out, p->out + (size_t)copy * p->count, p->count * sizeof *out);
     return FP4_OK;
 }
 
@@ -149,6 +155,7 @@ FAKE(F_WRONG, "fake-wrong")
 FAKE(F_UNWRITTEN_MID, "fake-unwritten")
 FAKE(F_NO_POISON, "fake-no-poison")
 FAKE(F_RUN_ERROR, "fake-run-error")
+FAKE(F_ONE_COPY, "fake-one-copy")
 
 static const fp4_row *row_of(const fp4_report *r, int from, const char *backend)
 {
@@ -195,7 +202,7 @@ static fp4_moe_case small_case(fp4_moe_step step, fp4_moe_mode mode, int64_t tok
     memset(&c, 0, sizeof c);
     snprintf(c.model, sizeof c.model, "custom");
     c.tp = 1;
-    c.dims.hidden = 64;
+    c.dims.hidden = 96; /* H != 2I: gate_up's width (2I) and down's (H) differ */
     c.dims.inter = 32;
     c.dims.experts = 8;
     c.dims.top_k = 2;
@@ -213,7 +220,8 @@ static fp4_moe_case small_case(fp4_moe_step step, fp4_moe_mode mode, int64_t tok
 static void test_faults(void)
 {
     const fp4_moe_backend_ops *b[] = {fp4_moe_backend_find("moe-cpu-ref"), &fake_F_GOOD, &fake_F_WRONG,
-                                      &fake_F_UNWRITTEN_MID, &fake_F_NO_POISON, &fake_F_RUN_ERROR};
+                                      &fake_F_UNWRITTEN_MID, &fake_F_NO_POISON, &fake_F_RUN_ERROR,
+                                      &fake_F_ONE_COPY};
     const int nb = (int)(sizeof b / sizeof b[0]);
     run x;
     fp4_err err;
@@ -236,7 +244,7 @@ static void test_faults(void)
                 CHECK(good->moe.verify_rows == good->moe.verify_rows_total);
                 CHECK(good->moe.verify_rows_total == (s == 0 ? 26 : 13));
                 CHECK(good->moe.weight_bytes > 0 && good->moe.active_experts >= 1);
-                CHECK(good->shape.m == 13 && good->shape.n == (s == 0 ? 64 : 64) && good->shape.k == (s == 1 ? 32 : 64));
+                CHECK(good->shape.m == 13 && good->shape.n == (s == 0 ? 64 : 96) && good->shape.k == (s == 1 ? 32 : 96));
                 CHECK(strstr(good->verify_note, "all 13 tokens") != NULL);
             }
             const fp4_row *w = row_of(&x.report, from, "fake-wrong");
@@ -247,6 +255,9 @@ static void test_faults(void)
             CHECK_MSG(np && np->state == FP4_ROW_FAILED && strstr(np->reason, "poison()"), "%s", np ? np->reason : "");
             const fp4_row *re = row_of(&x.report, from, "fake-run-error");
             CHECK_MSG(re && re->state == FP4_ROW_FAILED && strstr(re->reason, "crashed"), "%s", re ? re->reason : "");
+            const fp4_row *oc = row_of(&x.report, from, "fake-one-copy");
+            CHECK_MSG(oc && oc->state == FP4_ROW_FAILED && strstr(oc->reason, "copy 1"), "step %d mode %d: %s", s,
+                      md, oc ? oc->reason : "");
         }
     run_close(&x);
 }
@@ -289,10 +300,10 @@ static void test_sampled(void)
     if (run_open(&x, 1, NULL) != 0) return;
     fp4_moe_case c = small_case(FP4_MOE_STEP_GATE_UP, FP4_MOE_W4A4, 2048);
     c.dims.hidden = 1024;
-    c.dims.inter = 512;
+    c.dims.inter = 384; /* 2I = 768 */
     c.dims.experts = 16;
     c.dims.top_k = 2;
-    CHECK(2.0 * 2048 * 2 * 1024 * 1024 > FP4_MOE_FULL_REF_MACS);
+    CHECK(2.0 * 2048 * 2 * 768 * 1024 > FP4_MOE_FULL_REF_MACS); /* pairs x 2I x H */
     CHECK(fp4_moe_engine_run_case(x.m, &c, b, 2, &x.report, NULL, NULL, &err) == FP4_OK);
     const fp4_row *g = row_of(&x.report, 0, "fake-good"), *u = row_of(&x.report, 0, "fake-unwritten");
     CHECK_MSG(g && g->state == FP4_ROW_OK && g->verified == 1, "%s", g ? g->reason : "");
@@ -315,13 +326,14 @@ static void test_timed(void)
     const fp4_moe_case c = small_case(FP4_MOE_STEP_LAYER, FP4_MOE_W4A16, 9);
     CHECK(fp4_moe_engine_run_case(x.m, &c, b, 2, &x.report, NULL, NULL, &err) == FP4_OK);
     const fp4_row *g = row_of(&x.report, 0, "fake-good"), *r = row_of(&x.report, 0, "moe-cpu-ref");
-    CHECK(g && g->state == FP4_ROW_OK && g->t.count >= 3 && g->t.median > 0);
+    CHECK_MSG(g && g->state == FP4_ROW_OK && g->t.count >= 3 && g->t.median > 0, "%s", g ? g->reason : "no row");
     CHECK(r && r->t.count >= 3 && r->has_ratio && r->ratio == 1.0);
     if (g) {
         CHECK(g->has_ratio && g->ratio > 0);
         CHECK(g->moe.tokens_per_s > 0 && strcmp(g->timing, "host") == 0);
-        CHECK(g->flops == 2.0 * 9 * 2 * 3 * 64 * 32);
-        CHECK(g->verified_copies == g->copies && g->copies == 1); /* checked again after timing */
+        CHECK(g->flops == 2.0 * 9 * 2 * 3 * 96 * 32); /* 2 x pairs x (2I x H + H x I) */
+        /* two copies verified; after timing, the timed call (copy 0) checked again */
+        CHECK(g->copies == 2 && g->verified_copies == 1);
     }
     run_close(&x);
 }

@@ -645,14 +645,19 @@ static double call_bytes(const moe_case_ctx *cc, fp4_moe_wformat f)
 
 /* Copies whose weights together span >= 3x L2 (each copy holds all E
  * experts' weights of the step, so memory caps them at a quarter of the
- * device per backend; MOE_MAX_COPIES). */
+ * device per backend; MOE_MAX_COPIES), and at least 2 wherever that cap
+ * allows: odd copies compute from the negated input, and only a second copy
+ * shows a backend that ignores the copy index. Host backends: 2. Hot L2: 1
+ * (one copy stays resident). */
 static int copies_for(const fp4_moe_engine *m, const moe_case_ctx *cc, const fp4_moe_backend_ops *ops)
 {
-    if (m->set.hot || !m->dev.present || !(ops->flags & FP4_BACKEND_GPU)) return 1;
+    if (!(ops->flags & FP4_BACKEND_GPU)) return 2;
+    if (m->set.hot || !m->dev.present) return 1;
     const double touched = call_bytes(cc, ops->wformat);
     const double all = cc->c->dims.experts * expert_step_bytes(cc->c, ops->wformat);
     double want = ceil(3.0 * m->dev.l2_bytes / (touched > 1 ? touched : 1));
     const double cap = floor(m->dev.mem_bytes / 4 / (all > 1 ? all : 1));
+    if (want < 2) want = 2;
     if (want > cap) want = cap;
     if (want > MOE_MAX_COPIES) want = MOE_MAX_COPIES;
     return want < 1 ? 1 : (int)want;
