@@ -17,7 +17,7 @@ expect 2 "--gpus: '1e3' is not a GPU number" -- "$FP4" run --gpus 1e3 "${quick[@
 expect 2 "--gpus: '99999' is not a GPU number" -- "$FP4" run --gpus 99999 "${quick[@]}"
 expect 2 "--gpus: GPU 1 listed twice" -- "$FP4" run --gpus 1,0,1 "${quick[@]}"
 expect 2 "--gpus: '0,,1': want 'all'" -- "$FP4" run --gpus 0,,1 "${quick[@]}"
-expect 2 "--gpus: '': want 'all'" -- "$FP4" run --gpus "" "${quick[@]}"
+expect 2 "--gpus needs a value, not an empty one" -- "$FP4" run --gpus "" "${quick[@]}"
 expect 2 "--gpus: at most 16 GPUs" -- "$FP4" run --gpus 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 "${quick[@]}"
 expect 2 "--gpus given twice" -- "$FP4" run --gpus 0 --gpus 1 "${quick[@]}"
 expect 2 "--gpus needs a value" -- "$FP4" run --gpus

@@ -22,7 +22,7 @@ expect 2 "--dims: want H,I,E,K" -- "$FP4" layer --dims 512,256 --tp 1
 expect 2 "--dims: " -- "$FP4" layer --dims 500,256,8,2 --tp 1
 expect 2 "--tp: 0 is not in 1..128" -- "$FP4" layer $D --tp 0
 expect 2 "--tp: 2 listed twice" -- "$FP4" layer $D --tp 2,2
-expect 2 "--ep: '1,,2': want a comma list" -- "$FP4" layer $D --ep 1,,2
+expect 2 "--ep: '1,,2' has an empty field" -- "$FP4" layer $D --ep 1,,2
 expect 2 "--tokens: 0 is not in" -- "$FP4" layer $D --tp 1 --tokens 0
 expect 2 "--tokens: 'x' is not an integer|--tokens: .*x" -- "$FP4" layer $D --tp 1 --tokens x
 expect 2 "--mode: 'w4a4' or 'w4a16', not 'fp8'" -- "$FP4" layer $D --tp 1 --mode fp8
@@ -35,6 +35,10 @@ expect 2 "--attn-dims goes with --attention" -- "$FP4" layer $D --tp 1 --attn-di
 expect 2 "--reps must be in 1..1000" -- "$FP4" layer $D --tp 1 --reps 0
 expect 2 "--gpus: 3 listed twice" -- "$FP4" layer $D --tp 1 --gpus 3,3
 expect 2 "unknown option '--frob'" -- "$FP4" layer $D --tp 1 --frob
+
+# a degree the layer cannot be split over says so, GPU or not (the sharding
+# rules come before any GPU is looked for)
+expect 3 "I = 2048 over tp = 3 gives 682 and a remainder" -- "$FP4" layer --model glm5 --tp 3 --tokens 4
 
 Q="--iters 2 --reps 3 --warmup 1"
 # Can a layer run here? One tiny TP layer on one GPU says.

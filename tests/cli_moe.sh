@@ -48,6 +48,15 @@ expect 2 "--mode: unknown mode 'w8a8'" -- "$FP4" moe $D --mode w8a8
 expect 2 "--backend: unknown MoE backend 'nope'" -- "$FP4" moe $D --backend nope
 expect 2 "--tokens: 0 is not a positive" -- "$FP4" moe $D --tokens 0
 expect 2 "--tokens: 'x' is not an integer" -- "$FP4" moe $D --tokens 1,x
+expect 2 "--tokens: '1,,2' has an empty field" -- "$FP4" moe $D --tokens 1,,2
+expect 2 "--dims: '96,32,8,2,' has an empty field" -- "$FP4" moe --dims 96,32,8,2,
+expect 2 "--dims: ',96,32,8,2' has an empty field" -- "$FP4" moe --dims ,96,32,8,2
+expect 2 "--step: ',,' has an empty field" -- "$FP4" moe $D --step ,,
+expect 2 "--mode needs a value, not an empty one" -- "$FP4" moe $D --mode ""
+expect 2 "--backend needs a value, not an empty one" -- "$FP4" moe $D --backend=
+expect 2 "--json needs a value, not an empty one" -- "$FP4" moe $D --json ""
+expect 2 "--seed must be >= 0" -- "$FP4" moe $D --seed -1
+expect 2 "--warmup-ms must be in 0..60000" -- "$FP4" moe $D --warmup-ms 1e12
 expect 2 "give one of --tokens and --sweep" -- "$FP4" moe $D --tokens 4 --sweep
 expect 2 "--baseline 'moe-cublas-bf16' is not among" -- "$FP4" moe $D --backend moe-cpu-ref --baseline moe-cublas-bf16
 expect 2 "--data" -- "$FP4" moe $D --data wide

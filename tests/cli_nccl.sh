@@ -14,7 +14,7 @@ expect 0 "nccl +NCCL all-reduce and all-to-all" -- "$FP4" --help
 expect 2 "--op: unknown op 'all_gather'" -- "$FP4" nccl --op all_gather
 expect 2 "--op: unknown op 'allreduce'" -- "$FP4" nccl --op all_to_all,allreduce
 expect 2 "--op: 'all_reduce' listed twice" -- "$FP4" nccl --op all_reduce,all_reduce
-expect 2 "--op: name at least one op" -- "$FP4" nccl --op ,
+expect 2 "--op: ',' has an empty field" -- "$FP4" nccl --op ,
 expect 2 "--sizes: '1X' is not a size" -- "$FP4" nccl --sizes 1M,1X
 expect 2 "--sizes: '0' is not a size" -- "$FP4" nccl --sizes 0
 expect 2 "--sizes: '-1M' is not a size" -- "$FP4" nccl --sizes=-1M
@@ -26,7 +26,7 @@ expect 2 "--gpus: '-1' is not a GPU number" -- "$FP4" nccl --gpus=-1
 expect 2 "--gpus: '1e3' is not a GPU number" -- "$FP4" nccl --gpus 1e3
 expect 2 "--gpus: GPU 1 listed twice" -- "$FP4" nccl --gpus 1,0,1
 expect 2 "--gpus: '0,,1': want 'all'" -- "$FP4" nccl --gpus 0,,1
-expect 2 "--gpus: '': want 'all'" -- "$FP4" nccl --gpus ""
+expect 2 "--gpus needs a value, not an empty one" -- "$FP4" nccl --gpus ""
 expect 2 "--launcher: 'threads' or 'mpi', not 'ssh'" -- "$FP4" nccl --launcher ssh
 expect 2 "--gpus goes with --launcher threads" -- "$FP4" nccl --launcher mpi --gpus 0,1
 expect 2 "--iters must be in 1..100000" -- "$FP4" nccl --iters 0

@@ -31,6 +31,12 @@ if ! "$FP4" list | grep -qE "^(cuda-ref|fp4-sm90) +yes"; then
     checks=$((checks + 1))
 fi
 expect 2 "--backend: unknown backend" -- "$FP4" run --backend cpu-ref,cpu-ref,nope --shape 4x24x32
+expect 2 "--backend: ',' has an empty field" -- "$FP4" run --backend , --shape 4x24x32
+expect 2 "--backend needs a value, not an empty one" -- "$FP4" run --backend "" --shape 4x24x32
+expect 2 "--json needs a value, not an empty one" -- "$FP4" run --backend cpu-ref --shape 4x24x32 --json ""
+expect 2 "--plugin needs a value, not an empty one" -- "$FP4" run --plugin "" --shape 4x24x32
+expect 2 "--seed must be >= 0" -- "$FP4" run --backend cpu-ref --shape 4x24x32 --seed -1
+expect 2 "--warmup-ms must be in 0..60000" -- "$FP4" run --backend cpu-ref --shape 4x24x32 --warmup-ms 1e12
 # --backend names a plugin's backend once its --plugin is loaded (in any order)
 expect 0 "plugin-good" -- "$FP4" run --backend plugin-good --plugin "$TOOLS/libfp4_plugin_good.so" --shape 4x24x32 --quiet --max-time 0.5
 grep -E "^custom .*plugin-good .*ok" "$TMP/out" >/dev/null || fail "--backend plugin-good: $(cat "$TMP/out")"
@@ -69,5 +75,14 @@ if ! "$FP4" list | grep -qE "^(cuda-ref|fp4-sm90) +yes"; then
     [ "$elapsed" -lt 120 ] || fail "default suite took ${elapsed}s on the CPU (limit 120 s)"
 fi
 checks=$((checks + 3))
+
+# output lost on a full stdout is a runtime error, not a success
+if [ -w /dev/full ]; then
+    checks=$((checks + 2))
+    "$FP4" --help >/dev/full 2>"$TMP/full.err"
+    [ $? -eq 3 ] && grep -q "cannot write to stdout" "$TMP/full.err" || fail "--help into a full stdout: $(cat "$TMP/full.err")"
+    "$FP4" list >/dev/full 2>"$TMP/full.err"
+    [ $? -eq 3 ] || fail "list into a full stdout did not exit 3: $(cat "$TMP/full.err")"
+fi
 
 finish

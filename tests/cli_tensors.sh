@@ -78,7 +78,7 @@ expect 0 "^PASS" -- "$FP4" check --a "$TMP/w_f32.safetensors" --b "$TMP/w9.safet
 expect 3 "no tensor '$L.1.mlp.experts.0.up_proj.weight'.*nearest: '$L.1.mlp.experts.0.down_proj'" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/model.safetensors" --b-name $L.1.mlp.experts.0.up_proj --out "$TMP/d.npy"
 expect 3 "model.safetensors: no tensor 'weight'.*2 NVFP4 layers.*--b-name LAYER picks a layer" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/model.safetensors" --out "$TMP/d.npy"
 expect 3 "no tensor '$L.7.weight'.*--a-name|no tensor '$L.7.weight'" -- "$FP4" check --a "$TMP/model.safetensors" --a-name $L.7 --b "$TMP/w9.safetensors" --d "$TMP/d1.npy"
-expect 2 "--b-name needs a layer name" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/model.safetensors" --b-name "" --out "$TMP/d.npy"
+expect 2 "--b-name needs a value, not an empty one" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/model.safetensors" --b-name "" --out "$TMP/d.npy"
 expect 2 "--b-name: layer name longer than 127 bytes" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/model.safetensors" --b-name "$(head -c 200 /dev/zero | tr '\0' x)" --out "$TMP/d.npy"
 expect 2 "--a-name: layer '.*': its tensor name '.*\.weight_scale_2' is longer than 127 bytes" -- "$FP4" check --a "$TMP/model.safetensors" --a-name "$(head -c 120 /dev/zero | tr '\0' x)" --b "$TMP/w9.safetensors" --d "$TMP/d1.npy"
 # a .npy where a checkpoint belongs is named as such, with a layer name too

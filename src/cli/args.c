@@ -17,12 +17,15 @@ int cli_value(cli_args *a, const char *name, const char **val)
     if (arg[len] == '=') {
         *val = arg + len + 1;
         a->i++;
+        if (!**val) cli_usage_error(a, "%s needs a value, not an empty one", name);
         return 1;
     }
     if (arg[len] != '\0') return 0;
     if (a->i + 1 >= a->argc) cli_usage_error(a, "%s needs a value", name);
     *val = a->argv[a->i + 1];
     a->i += 2;
+    /* no option takes an empty value (an empty file name, list or number) */
+    if (!**val) cli_usage_error(a, "%s needs a value, not an empty one", name);
     return 1;
 }
 
@@ -68,6 +71,24 @@ long long cli_int(const cli_args *a, const char *flag, const char *s)
     if (end == s || *end || errno == ERANGE)
         cli_usage_error(a, "%s: '%s' is not an integer", flag, s);
     return v;
+}
+
+int cli_split_list(const cli_args *a, const char *flag, const char *s, char *buf, size_t len,
+                   char **fields, int max)
+{
+    int n = 0;
+    if (snprintf(buf, len, "%s", s) >= (int)len) cli_usage_error(a, "%s: list too long", flag);
+    if (!buf[0]) cli_usage_error(a, "%s: no value given", flag);
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (!*p) cli_usage_error(a, "%s: '%s' has an empty field", flag, s);
+        if (n == max) cli_usage_error(a, "%s: at most %d values in '%s'", flag, max, s);
+        fields[n++] = p;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
 }
 
 void cli_print_warnings(const fp4_warnings *w)

@@ -8,6 +8,8 @@
 #ifndef FP4_CLI_ARGS_H
 #define FP4_CLI_ARGS_H
 
+#include <stddef.h>
+
 #include "fp4/status.h"
 
 #define EXIT_CHECK 1
@@ -24,7 +26,7 @@ typedef struct cli_args {
 } cli_args;
 
 /* If argv[i] is flag `name` taking a value, store it in *val, advance and
- * return 1; a missing value is a usage error (exits 2). */
+ * return 1; a missing or empty value is a usage error (exits 2). */
 int cli_value(cli_args *a, const char *name, const char **val);
 /* If argv[i] is the boolean flag `name`, advance and return 1. */
 int cli_flag(cli_args *a, const char *name);
@@ -43,6 +45,13 @@ void cli_die(const char *cmd, const fp4_err *err)
 /* Parse numbers from flag values; usage error on junk. */
 double cli_double(const cli_args *a, const char *flag, const char *s);
 long long cli_int(const cli_args *a, const char *flag, const char *s);
+
+/* Split the comma list s into at most max fields: copied into buf (len
+ * bytes), fields[i] pointing into it. A usage error for an empty list, an
+ * empty field (",4", "4,", "4,,5"), a list that does not fit buf or more than
+ * max fields. Returns the field count (>= 1). */
+int cli_split_list(const cli_args *a, const char *flag, const char *s, char *buf, size_t len,
+                   char **fields, int max);
 
 /* The library's warnings on stderr, one "fp4bench: warning: ..." line each
  * (and a count of those it could not keep). Nothing for NULL or none. */

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include "cli/args.h"
 #include "fp4/engine.h"
 #include "fp4/report.h"
 
@@ -27,6 +28,12 @@ void cli_catch_sigint(void);
 /* Version, commit, start time, host and the command line ("fp4bench run"
  * and argv[1..]) into the report. */
 void cli_stamp_report(fp4_report *r, const char *command, int argc, char **argv);
+/* The measurement options run and moe share (--seed, --max-time,
+ * --min-samples, --noise, --warmup-ms, --min-batch, --baseline-tuning, --hot,
+ * --no-graphs, --time-reference, --verify-only, --samples): if argv[i] is
+ * one, check its value into set, advance and return 1 (*max_time_given set by
+ * --max-time); a bad value is a usage error. */
+int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given);
 /* --json -: the whole report to stdout. */
 fp4_status cli_json_to_stdout(const fp4_report *report, fp4_err *err);
 

@@ -67,15 +67,12 @@ typedef struct layer_args {
 /* A comma list of integers in lo..hi. */
 static int parse_list(const cli_args *a, const char *flag, const char *v, long long lo, long long hi, long long *out)
 {
-    char buf[512];
+    char buf[512], *field[LAYER_MAX_LIST];
+    const int nf = cli_split_list(a, flag, v, buf, sizeof buf, field, LAYER_MAX_LIST);
     int n = 0;
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) cli_usage_error(a, "%s: too long", flag);
-    if (!buf[0] || buf[0] == ',' || buf[strlen(buf) - 1] == ',' || strstr(buf, ",,"))
-        cli_usage_error(a, "%s: '%s': want a comma list of numbers", flag, v);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        long long x = cli_int(a, flag, t);
+    for (int f = 0; f < nf; f++) {
+        long long x = cli_int(a, flag, field[f]);
         if (x < lo || x > hi) cli_usage_error(a, "%s: %lld is not in %lld..%lld", flag, x, lo, hi);
-        if (n == LAYER_MAX_LIST) cli_usage_error(a, "%s: at most %d values", flag, LAYER_MAX_LIST);
         for (int i = 0; i < n; i++)
             if (out[i] == x) cli_usage_error(a, "%s: %lld listed twice", flag, x);
         out[n++] = x;
@@ -95,13 +92,7 @@ static void parse_gpus(const cli_args *a, const char *v, fp4_nccl_config *cfg)
 /* "H,I,E,K[,ACT]" or "H,QH,KVH,D": up to five comma fields. */
 static int split_fields(const cli_args *a, const char *flag, const char *v, char *buf, size_t len, char **part)
 {
-    int n = 0;
-    if (snprintf(buf, len, "%s", v) >= (int)len) cli_usage_error(a, "%s: too long", flag);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == 5) cli_usage_error(a, "%s: too many fields in '%s'", flag, v);
-        part[n++] = t;
-    }
-    return n;
+    return cli_split_list(a, flag, v, buf, len, part, 5);
 }
 
 static void parse(int argc, char **argv, cli_args *a, layer_args *l)
@@ -268,7 +259,12 @@ int cmd_layer(int argc, char **argv)
         const int n = l.degrees[g];
         fp4_nccl_config sub;
         fp4_nccl_comms *comms = NULL;
-        if (fp4_layer_probe(&l.cfg, n, &sub, &err) != FP4_OK) {
+        /* the sharding rules first (no GPU needed): a degree that fits no
+         * token count gets its rows with that reason, not the probe's */
+        int fits = 0;
+        for (int t = 0; t < l.ntokens && !fits; t++) fits = fp4_layer_check(&l.spec, n, l.tokens[t], &err) == FP4_OK;
+        memset(&sub, 0, sizeof sub);
+        if (fits && fp4_layer_probe(&l.cfg, n, &sub, &err) != FP4_OK) {
             if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", fp4_err_text(&err));
             unsupported_rows(&a, &l, &report, n, fp4_err_text(&err), out, &write_failed);
             continue;

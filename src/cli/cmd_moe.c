@@ -103,33 +103,22 @@ static void on_row(const fp4_report *report, const fp4_row *row, void *user)
 /* A comma-separated list of positive integers into out (at most max). */
 static int parse_int_list(const cli_args *a, const char *flag, const char *s, int64_t *out, int max)
 {
-    char buf[1024];
-    int n = 0;
-    if (strlen(s) >= sizeof buf) cli_usage_error(a, "%s: list too long", flag);
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        const long long v = cli_int(a, flag, t);
+    char buf[1024], *field[MAX_TOKENS];
+    const int n = cli_split_list(a, flag, s, buf, sizeof buf, field, max < MAX_TOKENS ? max : MAX_TOKENS);
+    for (int i = 0; i < n; i++) {
+        const long long v = cli_int(a, flag, field[i]);
         if (v < 1) cli_usage_error(a, "%s: %lld is not a positive number", flag, v);
-        if (n == max) cli_usage_error(a, "%s: at most %d values", flag, max);
-        out[n++] = v;
+        out[i] = v;
     }
-    if (n == 0) cli_usage_error(a, "%s: no value given", flag);
     return n;
 }
 
 /* --dims H,I,E,K[,ACT] */
 static void parse_dims(const cli_args *a, const char *s, fp4_moe_dims *d)
 {
-    char buf[256];
-    const char *part[5] = {0};
-    int n = 0;
+    char buf[256], *part[5];
     fp4_err err;
-    if (strlen(s) >= sizeof buf) cli_usage_error(a, "--dims: too long");
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == 5) cli_usage_error(a, "--dims: want H,I,E,K[,ACT], got '%s'", s);
-        part[n++] = t;
-    }
+    const int n = cli_split_list(a, "--dims", s, buf, sizeof buf, part, 5);
     if (n < 4) cli_usage_error(a, "--dims: want H,I,E,K[,ACT] (e.g. 2048,768,128,8), got '%s'", s);
     memset(d, 0, sizeof *d);
     d->hidden = cli_int(a, "--dims", part[0]);
@@ -149,34 +138,35 @@ static void parse_dims(const cli_args *a, const char *s, fp4_moe_dims *d)
 /* Add comma-separated steps (or modes) to a bit set. */
 static void parse_steps(const cli_args *a, const char *s, unsigned *set)
 {
-    char buf[256];
+    char buf[256], *field[16];
     fp4_err err;
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    const int n = cli_split_list(a, "--step", s, buf, sizeof buf, field, 16);
+    for (int i = 0; i < n; i++) {
         fp4_moe_step st;
-        if (fp4_moe_step_parse(t, &st, &err) != FP4_OK) cli_usage_error(a, "--step: %s", fp4_err_text(&err));
+        if (fp4_moe_step_parse(field[i], &st, &err) != FP4_OK)
+            cli_usage_error(a, "--step: %s", fp4_err_text(&err));
         *set |= 1u << st;
     }
 }
 
 static void parse_modes(const cli_args *a, const char *s, unsigned *set)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (strcmp(t, "w4a4") == 0) *set |= 1u << FP4_MOE_W4A4;
-        else if (strcmp(t, "w4a16") == 0) *set |= 1u << FP4_MOE_W4A16;
-        else cli_usage_error(a, "--mode: unknown mode '%s' (w4a4, w4a16)", t);
+    char buf[256], *field[16];
+    const int n = cli_split_list(a, "--mode", s, buf, sizeof buf, field, 16);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(field[i], "w4a4") == 0) *set |= 1u << FP4_MOE_W4A4;
+        else if (strcmp(field[i], "w4a16") == 0) *set |= 1u << FP4_MOE_W4A16;
+        else cli_usage_error(a, "--mode: unknown mode '%s' (w4a4, w4a16)", field[i]);
     }
 }
 
 static void add_backends(const cli_args *a, const char *names, const fp4_moe_backend_ops **list,
                          int *n)
 {
-    char buf[512];
-    if (strlen(names) >= sizeof buf) cli_usage_error(a, "--backend: list too long");
-    snprintf(buf, sizeof buf, "%s", names);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char buf[512], *field[MAX_BACKENDS + 1];
+    const int nf = cli_split_list(a, "--backend", names, buf, sizeof buf, field, MAX_BACKENDS + 1);
+    for (int f = 0; f < nf; f++) {
+        const char *t = field[f];
         const int all = strcmp(t, "all") == 0;
         const fp4_moe_backend_ops *one = all ? NULL : fp4_moe_backend_find(t);
         if (!all && !one) {
@@ -417,7 +407,9 @@ int cmd_moe(int argc, char **argv)
     route.zipf_s = FP4_MOE_DEFAULT_ZIPF_S;
     fp4_settings_default(&set);
     while (a.i < argc) {
-        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+        if (cli_measure_option(&a, &set, &max_time_given)) {
+            continue;
+        } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(moe_usage, stdout);
             printf("\nMoE backends:\n");
             for (int i = 0; i < fp4_moe_backend_count(); i++)
@@ -451,8 +443,6 @@ int cmd_moe(int argc, char **argv)
             zipf_given = 1;
         } else if (cli_value(&a, "--trace", &v)) {
             trace_path = v;
-        } else if (cli_value(&a, "--seed", &v)) {
-            set.seed = (uint64_t)cli_int(&a, "--seed", v);
         } else if (cli_value(&a, "--step", &v)) {
             parse_steps(&a, v, &steps);
         } else if (cli_value(&a, "--mode", &v)) {
@@ -470,39 +460,8 @@ int cmd_moe(int argc, char **argv)
             json_arg = v;
         } else if (cli_value(&a, "--csv", &v)) {
             csv_path = v;
-        } else if (cli_value(&a, "--max-time", &v)) {
-            set.stop.max_time_s = cli_double(&a, "--max-time", v);
-            if (set.stop.max_time_s <= 0) cli_usage_error(&a, "--max-time must be > 0");
-            max_time_given = 1;
-        } else if (cli_value(&a, "--min-samples", &v)) {
-            set.stop.min_samples = (int)cli_int(&a, "--min-samples", v);
-            if (set.stop.min_samples < 1 || set.stop.min_samples > 100000)
-                cli_usage_error(&a, "--min-samples must be in 1..100000");
-        } else if (cli_value(&a, "--noise", &v)) {
-            set.stop.noise_target = cli_double(&a, "--noise", v);
-            if (set.stop.noise_target <= 0) cli_usage_error(&a, "--noise must be > 0");
-        } else if (cli_value(&a, "--warmup-ms", &v)) {
-            set.warmup_ms = cli_double(&a, "--warmup-ms", v);
-            if (set.warmup_ms < 0) cli_usage_error(&a, "--warmup-ms must be >= 0");
-        } else if (cli_value(&a, "--min-batch", &v)) {
-            set.min_batch = (int)cli_int(&a, "--min-batch", v);
-            if (set.min_batch < 1 || set.min_batch > 65536) cli_usage_error(&a, "--min-batch must be in 1..65536");
-        } else if (cli_value(&a, "--baseline-tuning", &v)) {
-            if (strcmp(v, "on") == 0) set.baseline_tuning = 1;
-            else if (strcmp(v, "off") == 0) set.baseline_tuning = 0;
-            else cli_usage_error(&a, "--baseline-tuning: 'on' or 'off', not '%s'", v);
-        } else if (cli_flag(&a, "--hot")) {
-            set.hot = 1;
-        } else if (cli_flag(&a, "--no-graphs")) {
-            set.use_graphs = 0;
         } else if (cli_flag(&a, "--no-ceilings")) {
             no_ceilings = 1;
-        } else if (cli_flag(&a, "--time-reference")) {
-            set.time_reference = 1;
-        } else if (cli_flag(&a, "--verify-only")) {
-            set.verify_only = 1;
-        } else if (cli_flag(&a, "--samples")) {
-            set.keep_samples = 1;
         } else if (cli_flag(&a, "--quiet")) {
             quiet = 1;
         } else if (cli_flag(&a, "--verbose")) {

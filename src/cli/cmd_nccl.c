@@ -77,10 +77,11 @@ static void parse_gpus(const cli_args *a, const char *v, fp4_nccl_config *cfg)
 
 static void parse_ops(const cli_args *a, const char *v, nccl_args *n)
 {
-    char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) cli_usage_error(a, "--op: too long");
+    char buf[256], *field[8];
+    const int nf = cli_split_list(a, "--op", v, buf, sizeof buf, field, 8);
     n->nops = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (int f = 0; f < nf; f++) {
+        const char *t = field[f];
         fp4_coll_op op;
         if (fp4_coll_op_parse(t, &op) != 0)
             cli_usage_error(a, "--op: unknown op '%s' (all_reduce, all_to_all)", t);
@@ -88,21 +89,19 @@ static void parse_ops(const cli_args *a, const char *v, nccl_args *n)
             if (n->ops[i] == op) cli_usage_error(a, "--op: '%s' listed twice", t);
         n->ops[n->nops++] = op;
     }
-    if (n->nops == 0) cli_usage_error(a, "--op: name at least one op (all_reduce, all_to_all)");
 }
 
 static void parse_sizes(const cli_args *a, const char *v, nccl_args *n)
 {
-    char buf[1024];
-    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) cli_usage_error(a, "--sizes: too long");
+    char buf[1024], *field[NCCL_MAX_SIZES];
+    const int nf = cli_split_list(a, "--sizes", v, buf, sizeof buf, field, NCCL_MAX_SIZES);
     n->nsizes = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n->nsizes == NCCL_MAX_SIZES) cli_usage_error(a, "--sizes: at most %d sizes", NCCL_MAX_SIZES);
+    for (int f = 0; f < nf; f++) {
+        const char *t = field[f];
         if (fp4_coll_parse_size(t, &n->sizes[n->nsizes]) != 0)
             cli_usage_error(a, "--sizes: '%s' is not a size (bytes, or with K/M/G: 1M, 256M, 1G; 1 byte to 64G)", t);
         n->nsizes++;
     }
-    if (n->nsizes == 0) cli_usage_error(a, "--sizes: give at least one size");
 }
 
 static void parse(int argc, char **argv, cli_args *a, nccl_args *n)

@@ -46,7 +46,7 @@ static const char run_usage[] =
     "  --hot                      L2-resident operands (default: cold L2, >= 3x L2 rotated)\n"
     "  --no-graphs                time plain launches instead of CUDA-graph batches\n"
     "  --launch                   also report plain-launch time beside the graph time\n"
-    "  --warmup-ms MS             warm-up time per case (default 200)\n"
+    "  --warmup-ms MS             warm-up time per case, 0..60000 (default 200)\n"
     "  --min-samples N            at least N samples (default 10)\n"
     "  --noise F                  stop when the median's relative CI half-width < F (default 0.005)\n"
     "  --max-time S               time limit per measurement in seconds (default 10; 3 without GPU)\n"
@@ -168,9 +168,10 @@ static int add_unique(const fp4_backend_ops **list, int *n, const fp4_backend_op
 static void add_backends(const cli_args *a, const char *names, const fp4_backend_ops *const *plugins,
                          int nplugins, const fp4_backend_ops **list, int *n)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", names);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char buf[512], *field[MAX_BACKENDS + 1];
+    const int nf = cli_split_list(a, "--backend", names, buf, sizeof buf, field, MAX_BACKENDS + 1);
+    for (int f = 0; f < nf; f++) {
+        const char *t = field[f];
         if (strcmp(t, "all") == 0) {
             for (int i = 0; i < fp4_backend_count(); i++) add_unique(list, n, fp4_backend_at(i));
             for (int i = 0; i < nplugins; i++) add_unique(list, n, plugins[i]);
@@ -219,7 +220,9 @@ int cmd_run(int argc, char **argv, int default_suite)
     memset(&report, 0, sizeof report);
     fp4_settings_default(&set);
     while (a.i < argc) {
-        if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
+        if (cli_measure_option(&a, &set, &max_time_given)) {
+            continue;
+        } else if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(run_usage, stdout);
             return 0;
         } else if (cli_value(&a, "--shape", &v)) {
@@ -241,56 +244,22 @@ int cmd_run(int argc, char **argv, int default_suite)
                 if (strcmp(plugin_ops[i]->name, ops->name) == 0)
                     cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", ops->name);
             plugin_ops[nplugins++] = ops;
-        } else if (cli_value(&a, "--baseline-tuning", &v)) {
-            if (strcmp(v, "on") == 0) set.baseline_tuning = 1;
-            else if (strcmp(v, "off") == 0) set.baseline_tuning = 0;
-            else cli_usage_error(&a, "--baseline-tuning: 'on' or 'off', not '%s'", v);
-        } else if (cli_value(&a, "--min-batch", &v)) {
-            set.min_batch = (int)cli_int(&a, "--min-batch", v);
-            if (set.min_batch < 1 || set.min_batch > 65536)
-                cli_usage_error(&a, "--min-batch must be in 1..65536");
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);
         } else if (cli_value(&a, "--json", &v)) {
             json_arg = v;
         } else if (cli_value(&a, "--csv", &v)) {
             csv_path = v;
-        } else if (cli_value(&a, "--seed", &v)) {
-            set.seed = (uint64_t)cli_int(&a, "--seed", v);
         } else if (cli_value(&a, "--data", &v)) {
             if (fp4_data_kind_parse(v, &set.data) != 0)
                 cli_usage_error(&a, "--data: unknown kind '%s' (gaussian, codes, outliers, wide)", v);
-        } else if (cli_flag(&a, "--hot")) {
-            set.hot = 1;
-        } else if (cli_flag(&a, "--no-graphs")) {
-            set.use_graphs = 0;
         } else if (cli_flag(&a, "--launch")) {
             set.measure_launch = 1;
-        } else if (cli_value(&a, "--warmup-ms", &v)) {
-            set.warmup_ms = cli_double(&a, "--warmup-ms", v);
-            if (set.warmup_ms < 0) cli_usage_error(&a, "--warmup-ms must be >= 0");
-        } else if (cli_value(&a, "--min-samples", &v)) {
-            set.stop.min_samples = (int)cli_int(&a, "--min-samples", v);
-            if (set.stop.min_samples < 1 || set.stop.min_samples > 100000)
-                cli_usage_error(&a, "--min-samples must be in 1..100000");
-        } else if (cli_value(&a, "--noise", &v)) {
-            set.stop.noise_target = cli_double(&a, "--noise", v);
-            if (set.stop.noise_target <= 0) cli_usage_error(&a, "--noise must be > 0");
-        } else if (cli_value(&a, "--max-time", &v)) {
-            set.stop.max_time_s = cli_double(&a, "--max-time", v);
-            if (set.stop.max_time_s <= 0) cli_usage_error(&a, "--max-time must be > 0");
-            max_time_given = 1;
         } else if (cli_flag(&a, "--no-ceilings")) {
             no_ceilings = 1;
         } else if (cli_value(&a, "--gpus", &v)) {
             if (gpus_arg) cli_usage_error(&a, "--gpus given twice: list them in one, 0,1,2");
             gpus_arg = v;
-        } else if (cli_flag(&a, "--time-reference")) {
-            set.time_reference = 1;
-        } else if (cli_flag(&a, "--verify-only")) {
-            set.verify_only = 1;
-        } else if (cli_flag(&a, "--samples")) {
-            set.keep_samples = 1;
         } else if (cli_flag(&a, "--quiet")) {
             quiet = 1;
         } else if (cli_flag(&a, "--verbose")) {

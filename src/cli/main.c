@@ -34,7 +34,7 @@ static const char usage[] =
     "             2 usage error (bad option, bad --shape), 3 runtime error (bad file,\n"
     "             CUDA failure)\n";
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) return cmd_run(argc, argv, 1);
     const char *c = argv[1];
@@ -59,4 +59,16 @@ int main(int argc, char **argv)
     if (c[0] == '-') return cmd_run(argc, argv, 1); /* flags of the default suite */
     fprintf(stderr, "fp4bench: unknown command '%s' (see fp4bench --help)\n", c);
     return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    const int rc = dispatch(argc, argv);
+    /* what a command printed may sit in stdout's buffer: a full disk or a
+     * closed pipe shows only here, and a verdict lost that way is no success */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "fp4bench: error: cannot write to stdout\n");
+        return rc == 0 ? EXIT_RUNTIME : rc;
+    }
+    return rc;
 }

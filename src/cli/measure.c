@@ -94,3 +94,53 @@ fp4_status cli_json_to_stdout(const fp4_report *report, fp4_err *err)
         st = fp4_fail(err, FP4_ERR_IO, "cannot remove %s", d);
     return st;
 }
+
+/* The longest warm-up asked for: a minute (a run would otherwise wait out any
+ * value, --max-time does not bound it). */
+#define MAX_WARMUP_MS 60000.0
+
+int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given)
+{
+    const char *v;
+    if (cli_value(a, "--seed", &v)) {
+        const long long seed = cli_int(a, "--seed", v);
+        if (seed < 0) cli_usage_error(a, "--seed must be >= 0");
+        set->seed = (uint64_t)seed;
+    } else if (cli_value(a, "--max-time", &v)) {
+        set->stop.max_time_s = cli_double(a, "--max-time", v);
+        if (set->stop.max_time_s <= 0) cli_usage_error(a, "--max-time must be > 0");
+        *max_time_given = 1;
+    } else if (cli_value(a, "--min-samples", &v)) {
+        set->stop.min_samples = (int)cli_int(a, "--min-samples", v);
+        if (set->stop.min_samples < 1 || set->stop.min_samples > 100000)
+            cli_usage_error(a, "--min-samples must be in 1..100000");
+    } else if (cli_value(a, "--noise", &v)) {
+        set->stop.noise_target = cli_double(a, "--noise", v);
+        if (set->stop.noise_target <= 0) cli_usage_error(a, "--noise must be > 0");
+    } else if (cli_value(a, "--warmup-ms", &v)) {
+        set->warmup_ms = cli_double(a, "--warmup-ms", v);
+        if (!(set->warmup_ms >= 0 && set->warmup_ms <= MAX_WARMUP_MS))
+            cli_usage_error(a, "--warmup-ms must be in 0..%.0f", MAX_WARMUP_MS);
+    } else if (cli_value(a, "--min-batch", &v)) {
+        set->min_batch = (int)cli_int(a, "--min-batch", v);
+        if (set->min_batch < 1 || set->min_batch > 65536)
+            cli_usage_error(a, "--min-batch must be in 1..65536");
+    } else if (cli_value(a, "--baseline-tuning", &v)) {
+        if (strcmp(v, "on") == 0) set->baseline_tuning = 1;
+        else if (strcmp(v, "off") == 0) set->baseline_tuning = 0;
+        else cli_usage_error(a, "--baseline-tuning: 'on' or 'off', not '%s'", v);
+    } else if (cli_flag(a, "--hot")) {
+        set->hot = 1;
+    } else if (cli_flag(a, "--no-graphs")) {
+        set->use_graphs = 0;
+    } else if (cli_flag(a, "--time-reference")) {
+        set->time_reference = 1;
+    } else if (cli_flag(a, "--verify-only")) {
+        set->verify_only = 1;
+    } else if (cli_flag(a, "--samples")) {
+        set->keep_samples = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
