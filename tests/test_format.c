@@ -1,6 +1,7 @@
 /* The NVFP4 format library: codecs (exhaustively), rounding ties, quantization
  * against hand-worked examples, the swizzled layout against an independent
  * inverse mapping, and the reference GEMM against a naive double loop. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -170,6 +171,17 @@ static void test_quantize_worked(void)
     x[5] = NAN;
     CHECK(fp4_quantize_f32(x, 1, 16, 0.0f, &q, &err) == FP4_ERR_INVALID_ARG);
     CHECK(strstr(err.msg, "NaN") != NULL);
+    /* values so small that 2688 / amax overflows (or its inverse is no normal
+     * float): refused, never a file with a zero or NaN global scale */
+    float tiny[16];
+    for (int i = 0; i < 16; i++) tiny[i] = 1e-37f;
+    CHECK(fp4_quantize_f32(tiny, 1, 16, 0.0f, &q, &err) == FP4_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "too small") != NULL && q.codes == NULL);
+    for (int i = 0; i < 16; i++) tiny[i] = 1e-34f; /* 2688 / amax still normal both ways */
+    CHECK(fp4_quantize_f32(tiny, 1, 16, 0.0f, &q, &err) == FP4_OK);
+    CHECK(q.global_scale >= FLT_MIN && fp4_matrix_get(&q, 0, 3) == 6.0f * fp4_e4m3_decode(q.scales[0]));
+    fp4_matrix_free(&q);
+    CHECK(fp4_quantize_f32(x, 1, 16, INFINITY, &q, &err) == FP4_ERR_INVALID_ARG);
 }
 
 /* Gaussian data: the bf16 path equals the f32 path on bf16-representable

@@ -4,6 +4,7 @@
  * the convention states and compiled without contraction (ISO C11 mode). */
 #include "fp4/format.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,20 @@ static fp4_status quantize_rows(const float *(*row_at)(const void *, int64_t, in
         }
     }
     float gs = encode_scale > 0.0f ? encode_scale : fp4_global_encode_scale(amax);
+    /* the stored global scale is 1 / gs: it must be a normal float (for
+     * amax below 2688 x FLT_MIN, about 3.2e-35, 2688 / amax is not) */
+    if (!isfinite(gs) || !(1.0f / gs >= FLT_MIN)) {
+        if (encode_scale > 0.0f)
+            st = fp4_fail(err, FP4_ERR_INVALID_ARG,
+                          "quantize: encode scale %g leaves no normal fp32 global scale (1 / %g)",
+                          (double)encode_scale, (double)encode_scale);
+        else
+            st = fp4_fail(err, FP4_ERR_INVALID_ARG,
+                          "quantize: the largest |x| is %g, too small for an fp32 global scale "
+                          "(2688 / amax must be finite, its inverse a normal float: |x| >= 3.2e-35)",
+                          (double)amax);
+        goto out;
+    }
     st = fp4_matrix_alloc(out, rows, cols, err);
     if (st != FP4_OK) goto out;
     for (int64_t r = 0; r < rows; r++)
