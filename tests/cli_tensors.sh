@@ -102,6 +102,14 @@ expect 3 "gneg.safetensors: tensor 'weight_scale_2' is -.*expected a finite posi
 "$MKFILE" setbyte "$TMP/ginf.safetensors" -3 0 "$TMP/g1.safetensors"
 "$MKFILE" setbyte "$TMP/g1.safetensors" -4 0 "$TMP/ginf.safetensors"
 expect 3 "tensor 'weight_scale_2' is (nan|-?nan)" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/ginf.safetensors" --out "$TMP/d.npy"
+# a finite but huge global scale (3e38, 0x7F61B1E6): the product overflows
+# fp32; the file is written as computed, said on stderr, exit 1
+"$MKFILE" setbyte "$TMP/w_f32.safetensors" -1 127 "$TMP/gbig1.safetensors"
+"$MKFILE" setbyte "$TMP/gbig1.safetensors" -2 97 "$TMP/gbig2.safetensors"
+"$MKFILE" setbyte "$TMP/gbig2.safetensors" -3 177 "$TMP/gbig1.safetensors"
+"$MKFILE" setbyte "$TMP/gbig1.safetensors" -4 230 "$TMP/gbig.safetensors"
+expect 1 "outputs are NaN/Inf \(the product overflows fp32" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/gbig.safetensors" --out "$TMP/dbig.npy"
+expect 1 "NaN/Inf [1-9]" -- "$FP4" check --a "$TMP/x.safetensors" --b "$TMP/gbig.safetensors" --d "$TMP/dbig.npy"
 # in a model's checkpoint the message names the layer's tensor (the last
 # layer's weight_scale_2 ends 4 bytes before input_scale; 0xFFFF.... is a
 # NaN); x's input_scale is checked too (its last byte: the sign bit set)

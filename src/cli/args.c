@@ -58,8 +58,11 @@ double cli_double(const cli_args *a, const char *flag, const char *s)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
+    if (end == s || *end || !isfinite(v))
         cli_usage_error(a, "%s: '%s' is not a number", flag, s);
+    /* ERANGE: an overflow (HUGE_VAL, caught above) or an underflow, whose
+     * tiny or zero result is the number asked for, as near as a double gets */
+    if (errno == ERANGE && fabs(v) >= 1.0) cli_usage_error(a, "%s: '%s' is out of range", flag, s);
     return v;
 }
 

@@ -27,7 +27,8 @@ static const char gemm_usage[] =
     "D[M,N] = A[M,K] * B[N,K]^T * alpha (alpha = product of the weight_scale_2 values), written\n"
     "as float32 .npy. Default backend cpu-ref (exact), or the plugin's backend when one\n"
     "--plugin is given. Other backends are verified against the reference after running;\n"
-    "exit 1 if their result is out of tolerance.\n"
+    "exit 1 if their result is out of tolerance, or if any output is NaN/Inf (written as\n"
+    "computed: the product overflowed fp32).\n"
     "\n"
     "  --a-name, --b-name LAYER   one layer of a whole model's checkpoint: the tensors\n"
     "                             LAYER.weight, LAYER.weight_scale, LAYER.weight_scale_2\n"
@@ -281,12 +282,19 @@ int cmd_gemm(int argc, char **argv)
     if (fp4_npy_write(out, &t, &err) != FP4_OK) cli_die(a.cmd, &err);
     printf("D [%lld, %lld] float32 -> %s (backend %s, alpha %.9g)\n", (long long)shape.m,
            (long long)shape.n, out, name, p.alpha);
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < n; i++) nonfinite += !isfinite(d[i]);
+    if (nonfinite) { /* written, as computed, but no usable result */
+        fprintf(stderr, "%s: %zu of %zu outputs are NaN/Inf (the product overflows fp32: see the "
+                        "global scales)\n", a.cmd, nonfinite, n);
+        rc = EXIT_CHECK;
+    }
     if (!(ops->flags & FP4_BACKEND_REFERENCE)) {
         fp4_verdict vd;
         float *r = reference_of(&a, &ma, &mb);
         fp4_compare_outputs(d, r, n, ops->tol_max, ops->tol_norm, &vd);
         printf("verified against cpu-ref: %s: %s\n", vd.pass ? "ok" : "MISMATCH", vd.why);
-        rc = vd.pass ? 0 : EXIT_CHECK;
+        if (!vd.pass) rc = EXIT_CHECK;
         free(r);
     }
     free(d);
