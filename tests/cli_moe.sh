@@ -49,6 +49,7 @@ expect 2 "--backend: unknown MoE backend 'nope'" -- "$FP4" moe $D --backend nope
 expect 2 "--tokens: 0 is not a positive" -- "$FP4" moe $D --tokens 0
 expect 2 "--tokens: 'x' is not an integer" -- "$FP4" moe $D --tokens 1,x
 expect 2 "--tokens: '1,,2' has an empty field" -- "$FP4" moe $D --tokens 1,,2
+expect 2 "--tokens: 1000000000 is more than 16777216" -- "$FP4" moe $D --tokens 4,1000000000
 expect 2 "--dims: '96,32,8,2,' has an empty field" -- "$FP4" moe --dims 96,32,8,2,
 expect 2 "--dims: ',96,32,8,2' has an empty field" -- "$FP4" moe --dims ,96,32,8,2
 expect 2 "--step: ',,' has an empty field" -- "$FP4" moe $D --step ,,

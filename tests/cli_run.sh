@@ -37,6 +37,8 @@ expect 2 "--json needs a value, not an empty one" -- "$FP4" run --backend cpu-re
 expect 2 "--plugin needs a value, not an empty one" -- "$FP4" run --plugin "" --shape 4x24x32
 expect 2 "--seed must be >= 0" -- "$FP4" run --backend cpu-ref --shape 4x24x32 --seed -1
 expect 2 "--warmup-ms must be in 0..60000" -- "$FP4" run --backend cpu-ref --shape 4x24x32 --warmup-ms 1e12
+# a case larger than the machine's memory is refused up front, with the numbers
+expect 3 "100000x100000x100000 needs about [0-9.]+ GB of host memory" -- "$FP4" run --backend cpu-ref --shape 100000x100000x100000 --verify-only
 # --backend names a plugin's backend once its --plugin is loaded (in any order)
 expect 0 "plugin-good" -- "$FP4" run --backend plugin-good --plugin "$TOOLS/libfp4_plugin_good.so" --shape 4x24x32 --quiet --max-time 0.5
 grep -E "^custom .*plugin-good .*ok" "$TMP/out" >/dev/null || fail "--backend plugin-good: $(cat "$TMP/out")"

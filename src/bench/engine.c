@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "bench/device.h"
@@ -1195,6 +1196,27 @@ static void bf16_problem_free(bf16_problem *q)
     free(q->x_neg);
 }
 
+/* The host memory a case holds at once: the bf16 activations, A, -A and B in
+ * NVFP4 (codes and scales), and three fp32 M x N outputs (a backend's, the
+ * exact reference's, the bf16 problem's). A case that cannot fit the machine
+ * is refused before anything is allocated, with the numbers, rather than
+ * left to swap or to be killed. */
+static fp4_status host_memory_check(const fp4_shape *s, fp4_err *err)
+{
+    const double mk = (double)s->m * (double)s->k, nk = (double)s->n * (double)s->k;
+    const double mn = (double)s->m * (double)s->n;
+    const double need = 2.0 * mk + 2.0 * 0.5625 * mk + 0.5625 * nk + 3.0 * 4.0 * mn;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return FP4_OK; /* unknown here: malloc will say */
+    const double have = (double)pages * (double)page;
+    if (need > have)
+        return fp4_fail(err, FP4_ERR_NOMEM,
+                        "%lldx%lldx%lld needs about %.1f GB of host memory for its operands and "
+                        "outputs, this machine has %.1f GB",
+                        (long long)s->m, (long long)s->n, (long long)s->k, need / 1e9, have / 1e9);
+    return FP4_OK;
+}
+
 static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_ops *const *backends,
                            int nb, fp4_report *report, fp4_row_callback cb, void *user,
                            const case_opts *opt, fp4_err *err)
@@ -1217,6 +1239,7 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         goto out;
     }
     if ((st = fp4_shape_check(&c->shape, err)) != FP4_OK) goto out;
+    if ((st = host_memory_check(&c->shape, err)) != FP4_OK) goto out;
     if ((st = fp4_make_activations(e->set.data, c->shape.m, c->shape.k,
                                    operand_seed(e->set.seed, &c->shape, 0), &x, &a, err)) != FP4_OK)
         goto out;

@@ -21,6 +21,7 @@
 
 #define MAX_BACKENDS 16
 #define MAX_TOKENS 64          /* T values in one run */
+#define MOE_MAX_T (1 << 24)     /* tokens of a case (the layer command's limit too) */
 #define SWEEP_MAX_TOKENS 8192  /* --sweep: 1, 2, 4, ..., 8192 */
 #define TRACE_MAX_BYTES (1ull << 30)
 #define REASON_CELL 70         /* characters of a reason in the table (--verbose: all) */
@@ -40,7 +41,7 @@ static const char moe_usage[] =
     "                        E experts, top-K, activation silu (default) or swiglu-oai\n"
     "  --tp N                tensor parallelism: one rank's I = I / N (default 1)\n"
     "workload:\n"
-    "  --tokens T[,T...]     tokens per call (default 1,16,512; with --trace: the trace's)\n"
+    "  --tokens T[,T...]     tokens per call, at most 2^24 (default 1,16,512; with --trace: the trace's)\n"
     "  --sweep               T = 1, 2, 4, ..., 8192\n"
     "  --routing MODE        balanced, random (default: gaussian router logits, top-k),\n"
     "                        skewed (Zipf popularity), trace (needs --trace)\n"
@@ -429,6 +430,9 @@ int cmd_moe(int argc, char **argv)
         } else if (cli_value(&a, "--tokens", &v)) {
             if (sweep || ntokens) cli_usage_error(&a, "give one of --tokens and --sweep, once");
             ntokens = parse_int_list(&a, "--tokens", v, tokens, MAX_TOKENS);
+            for (int i = 0; i < ntokens; i++)
+                if (tokens[i] > MOE_MAX_T)
+                    cli_usage_error(&a, "--tokens: %lld is more than %d", (long long)tokens[i], MOE_MAX_T);
         } else if (cli_flag(&a, "--sweep")) {
             if (sweep || ntokens) cli_usage_error(&a, "give one of --tokens and --sweep, once");
             sweep = 1;
