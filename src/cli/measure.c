@@ -111,9 +111,9 @@ int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given)
         if (set->stop.max_time_s <= 0) cli_usage_error(a, "--max-time must be > 0");
         *max_time_given = 1;
     } else if (cli_value(a, "--min-samples", &v)) {
-        set->stop.min_samples = (int)cli_int(a, "--min-samples", v);
-        if (set->stop.min_samples < 1 || set->stop.min_samples > 100000)
-            cli_usage_error(a, "--min-samples must be in 1..100000");
+        const long long n = cli_int(a, "--min-samples", v); /* checked before it is narrowed */
+        if (n < 1 || n > 100000) cli_usage_error(a, "--min-samples must be in 1..100000");
+        set->stop.min_samples = (int)n;
     } else if (cli_value(a, "--noise", &v)) {
         set->stop.noise_target = cli_double(a, "--noise", v);
         if (set->stop.noise_target <= 0) cli_usage_error(a, "--noise must be > 0");
@@ -122,9 +122,9 @@ int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given)
         if (!(set->warmup_ms >= 0 && set->warmup_ms <= MAX_WARMUP_MS))
             cli_usage_error(a, "--warmup-ms must be in 0..%.0f", MAX_WARMUP_MS);
     } else if (cli_value(a, "--min-batch", &v)) {
-        set->min_batch = (int)cli_int(a, "--min-batch", v);
-        if (set->min_batch < 1 || set->min_batch > 65536)
-            cli_usage_error(a, "--min-batch must be in 1..65536");
+        const long long n = cli_int(a, "--min-batch", v);
+        if (n < 1 || n > 65536) cli_usage_error(a, "--min-batch must be in 1..65536");
+        set->min_batch = (int)n;
     } else if (cli_value(a, "--baseline-tuning", &v)) {
         if (strcmp(v, "on") == 0) set->baseline_tuning = 1;
         else if (strcmp(v, "off") == 0) set->baseline_tuning = 0;
