@@ -12,7 +12,7 @@ expect 0 "" -- "$FP4" run --backend cpu-ref --shape 16x64x64,32x64x64 --json "$T
 expect 0 "wrote $TMP/r.html: 2 rows from 1 file" -- "$FP4" report "$TMP/x.json" --html "$TMP/r.html" --svg "$TMP/svg"
 grep -q "wrote 2 plots to $TMP/svg" "$TMP/out" || fail "report --svg: $(cat "$TMP/out")"
 [ -s "$TMP/r.html" ] || fail "no r.html"
-[ -e "$TMP/r.html.tmp" ] && fail "r.html.tmp left behind"
+[ -n "$(find "$TMP" -name '.r.html.*')" ] && fail "a temporary of r.html left behind"
 head -1 "$TMP/r.html" | grep -qx '<!DOCTYPE html>' || fail "r.html does not start with a doctype"
 tail -1 "$TMP/r.html" | grep -qx '</html>' || fail "r.html does not end with </html>"
 grep -q 'http' "$TMP/r.html" && fail "r.html names a URL: $(grep -o '.\{20\}http.\{30\}' "$TMP/r.html" | head -3)"
@@ -123,7 +123,7 @@ expect 3 "array.json: .*expected an object" -- "$FP4" report "$TMP/array.json" -
 printf '{"schema_version": 1, "rows": [{"label": "a", "m": 1, "n": 16, "k": 16, "backend": "b", "state": "ok", "l2": "cold", "time_us": {"count": 0}, "steps": [{"name": "x", "us": "fast"}]}]}\n' >"$TMP/steps.json"
 expect 3 "steps.json: rows\[0\].steps\[0\].us: expected a number" -- "$FP4" report "$TMP/steps.json" --html "$TMP/e.html"
 [ -e "$TMP/e.html" ] && fail "a failed report left $TMP/e.html"
-expect 3 "cannot create $TMP/no/such/r.html.tmp" -- "$FP4" report "$TMP/x.json" --html "$TMP/no/such/r.html"
+expect 3 "cannot create $TMP/no/such/r.html: No such file" -- "$FP4" report "$TMP/x.json" --html "$TMP/no/such/r.html"
 : >"$TMP/afile"
 expect 3 "cannot create folder $TMP/afile" -- "$FP4" report "$TMP/x.json" --svg "$TMP/afile"
 checks=$((checks + 1))

@@ -2,6 +2,7 @@
  * CSV quoting, compare verdicts and regression counts, and the table's
  * reasons for unsupported / FAILED rows. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,21 @@ static char *slurp_file(FILE *f)
     b = calloc((size_t)n + 1, 1);
     if (b && fread(b, 1, (size_t)n, f) != (size_t)n) b[0] = '\0';
     return b;
+}
+
+/* Whether the temporary directory holds a temporary of name (".name.XXXXXX"). */
+static int has_temporary(const char *name)
+{
+    DIR *d = opendir(tmpdir);
+    const struct dirent *e;
+    size_t len = strlen(name);
+    int found = 0;
+    if (!d) return 1;
+    while ((e = readdir(d)))
+        if (e->d_name[0] == '.' && strncmp(e->d_name + 1, name, len) == 0 && e->d_name[len + 1] == '.')
+            found = 1;
+    closedir(d);
+    return found;
 }
 
 static char *slurp_path(const char *path)
@@ -279,7 +295,8 @@ static void test_json_round_trip(void)
     st = fp4_report_write_json(path, &a, &err);
     CHECK_MSG(st == FP4_OK, "write: %s", fp4_err_text(&err));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    CHECK(access(tmp, F_OK) != 0); /* the temporary was renamed away */
+    CHECK(access(tmp, F_OK) != 0);
+    CHECK(!has_temporary("report.json")); /* the temporary was renamed away */
 
     /* valid JSON for an independent parser; NaN written as null */
     text = slurp_path(path);

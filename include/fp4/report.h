@@ -27,7 +27,8 @@ void fp4_report_print_header(FILE *f, const fp4_report *r);
 
 /* Write the whole report as JSON (schema in docs/JSON.md) to path, atomically
  * (temporary file then rename), so the file is always a complete document
- * (fp4bench run rewrites it after every row). */
+ * (fp4bench run rewrites it after every row). A symlink is followed (the
+ * link kept); a device or FIFO is written straight into. */
 fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err *err);
 /* Read such a file back (docs/JSON.md, "Reading rules"). A file larger than
  * FP4_JSON_MAX_BYTES is refused before it is read; numbers must be finite,
@@ -113,7 +114,8 @@ void fp4_report_run_free(fp4_report_run *run);
  * Every run needs a row (FP4_ERR_FORMAT naming it otherwise); a write error
  * on f is FP4_ERR_IO. */
 fp4_status fp4_report_write_html(FILE *f, const fp4_report_run *runs, int nruns, fp4_err *err);
-/* The same into path, atomically (path.tmp written, then renamed). */
+/* The same into path, atomically (a temporary beside it, then renamed; a
+ * device or FIFO is written straight into, a symlink followed). */
 fp4_status fp4_report_write_html_file(const char *path, const fp4_report_run *runs, int nruns,
                                       fp4_err *err);
 /* Each plot alone as an SVG document dir/NAME.svg (dir must exist): NAME is

@@ -1,12 +1,12 @@
 /* The pieces the nccl and layer reports share (mg_report_common.h). */
 #include "multigpu/mg_report_common.h"
+#include "io/file.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fp4/io.h"
 
@@ -113,35 +113,13 @@ void mg_nccl_version_text(int code, char *out, size_t cap)
 
 fp4_status mg_write_text(const char *path, const char *text, fp4_err *err)
 {
-    size_t len = strlen(text), plen;
-    char *tmp;
-    FILE *f;
-    fp4_status st = FP4_OK;
+    size_t len = strlen(text);
     if (strcmp(path, "-") == 0) {
         if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0)
             return fp4_fail(err, FP4_ERR_IO, "cannot write to stdout");
         return FP4_OK;
     }
-    plen = strlen(path);
-    tmp = malloc(plen + 5);
-    if (!tmp) return fp4_fail(err, FP4_ERR_NOMEM, "no memory writing %s", path);
-    snprintf(tmp, plen + 5, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    if (fwrite(text, 1, len, f) != len || fflush(f) != 0)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    else if (fsync(fileno(f)) != 0 && errno != EINVAL) /* EINVAL: a pipe or device, nothing to sync */
-        st = fp4_fail(err, FP4_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && st == FP4_OK) st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    if (st == FP4_OK && rename(tmp, path) != 0)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (st != FP4_OK) remove(tmp);
-out:
-    free(tmp);
-    return st;
+    return fp4_io_write_text(path, text, len, err);
 }
 
 fp4_status mg_write_json(const char *path, cJSON *root, fp4_err *err)

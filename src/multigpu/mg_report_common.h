@@ -43,8 +43,9 @@ void mg_json_settings(int *ok, cJSON *root, int iters, int warmup, int reps, uin
 /* ncclGetVersion's code (major * 10000 + minor * 100 + patch since 2.9) as "2.28.9". */
 void mg_nccl_version_text(int code, char *out, size_t cap);
 
-/* text to stdout ("-"), or to path through path.tmp, synced and renamed over
- * path, so that a reader never sees half a file. */
+/* text to stdout ("-"), or to path through fp4_io_write_text (src/io/file.h):
+ * a temporary synced and renamed over path, so that a reader never sees half
+ * a file; a symlink is followed, a device or FIFO written straight into. */
 fp4_status mg_write_text(const char *path, const char *text, fp4_err *err);
 /* The document root (NULL: it could not be built) printed, with a final
  * newline, by mg_write_text; root is freed. */

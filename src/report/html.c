@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "fp4/io.h"
+#include "io/file.h"
 #include "multigpu/pergpu.h"
 #include "report/svg.h"
 
@@ -1998,35 +1999,17 @@ fp4_status fp4_report_write_html(FILE *f, const fp4_report_run *runs, int nruns,
 
 /* ---- files ---------------------------------------------------------------------------- */
 
-/* Write with fn into path through path.tmp, renamed when complete. */
+/* Write with fn into path through fp4_io_out (src/io/file.h): complete or
+ * not at all for a regular file. */
 typedef fp4_status (*write_fn)(FILE *f, const report_model *model, const plot_ref *p, fp4_err *err);
 
 static fp4_status write_atomically(const char *path, write_fn fn, const report_model *model,
                                    const plot_ref *p, fp4_err *err)
 {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    FILE *f;
-    fp4_status st;
-    if (!tmp) return fp4_fail(err, FP4_ERR_NOMEM, "out of memory writing %s", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    st = fn(f, model, p, err);
-    if (st == FP4_OK && (fflush(f) != 0 || ferror(f)))
-        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && st == FP4_OK)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    if (st == FP4_OK && rename(tmp, path) != 0)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (st != FP4_OK) remove(tmp);
-    free(tmp);
-    return st;
+    fp4_io_out out;
+    fp4_status st = fp4_io_out_open(&out, path, err);
+    if (st != FP4_OK) return st;
+    return fp4_io_out_finish(&out, fn(out.f, model, p, err), err);
 }
 
 static fp4_status page_fn(FILE *f, const report_model *model, const plot_ref *p, fp4_err *err)

@@ -1,8 +1,9 @@
 /* The JSON report (schema in docs/JSON.md), written and read with cJSON.
  *
- * Writing: the whole report is built as a cJSON tree, printed, written to
- * "<path>.tmp", flushed and fsync'ed, then renamed over path, so a reader
- * always sees a complete document. Non-finite doubles are written as null
+ * Writing: the whole report is built as a cJSON tree, printed and written
+ * through fp4_io_out (src/io/file.h): a temporary file beside path, synced
+ * and renamed over it, so a reader always sees a complete document; a
+ * symlink is followed and a device or FIFO written straight into. Non-finite doubles are written as null
  * (JSON has no NaN/Inf) and read back as NAN. 64-bit unsigned values (seed,
  * throttle_reasons) are numbers when they are < 2^53 (exact in a double) and
  * decimal strings above; the reader takes both. Strings are written as valid
@@ -18,6 +19,7 @@
  * strings must be valid UTF-8; the text is at most FP4_JSON_MAX_BYTES. */
 #include "fp4/report.h"
 #include "fp4/io.h"
+#include "io/file.h"
 #include "multigpu/pergpu.h"
 
 #include <cjson/cJSON.h>
@@ -28,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 /* The largest integer n such that every integer up to n is exact in a
  * double: 2^53 - 1. A larger JSON integer may have been rounded by the
@@ -420,32 +421,11 @@ static cJSON *build_tree(const fp4_report *r)
     return root;
 }
 
-/* Write text to tmp (created or truncated), flushed to disk. */
-static fp4_status write_file(const char *tmp, const char *text, fp4_err *err)
-{
-    FILE *f = fopen(tmp, "wb");
-    size_t len = strlen(text);
-    fp4_status st = FP4_OK;
-    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    if (fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    if (fsync(fileno(f)) != 0 && errno != EINVAL) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-out:
-    if (fclose(f) != 0 && st == FP4_OK)
-        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    return st;
-}
-
 fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err *err)
 {
     cJSON *root = NULL;
-    char *text = NULL, *tmp = NULL;
-    size_t plen;
+    char *text = NULL;
+    fp4_io_out out;
     fp4_status st = FP4_OK;
     if (!path || !path[0] || !r)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_report_write_json: NULL path or report");
@@ -454,26 +434,16 @@ fp4_status fp4_report_write_json(const char *path, const fp4_report *r, fp4_err 
 
     root = build_tree(r);
     text = root ? cJSON_Print(root) : NULL;
-    plen = strlen(path);
-    tmp = malloc(plen + 5);
-    if (!text || !tmp) {
+    if (!text) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "out of memory writing %s", path);
         goto out;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    st = write_file(tmp, text, err);
-    if (st != FP4_OK) {
-        remove(tmp);
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-        goto out;
-    }
+    st = fp4_io_out_open(&out, path, err);
+    if (st != FP4_OK) goto out;
+    if (fputs(text, out.f) == EOF || fputc('\n', out.f) == EOF)
+        st = fp4_fail(err, FP4_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    st = fp4_io_out_finish(&out, st, err);
 out:
-    free(tmp);
     if (text) cJSON_free(text);
     cJSON_Delete(root);
     return st;
