@@ -514,18 +514,18 @@ fp4_status fp4_npy_parse(const void *buf, size_t len, const char *name, fp4_tens
 
 /* ---- writing ------------------------------------------------------------------ */
 
-/* Write t as a version 1.0 .npy; on failure the partial file is removed. */
+/* Write t as a version 1.0 .npy through fp4_io_out: on failure an existing
+ * file at path is left as it was. */
 fp4_status fp4_npy_write(const char *path, const fp4_tensor *t, fp4_err *err)
 {
     fp4_status st = FP4_OK;
-    FILE *f = NULL;
+    fp4_io_out out;
     const char *descr;
     char dict[256], shape[128];
     size_t len, pad, dlen = 0;
     int64_t numel;
     size_t need;
     unsigned char pre[10];
-    int created = 0;
 
     if (!path || !t) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_write: NULL argument");
     switch (t->dtype) {
@@ -571,27 +571,12 @@ fp4_status fp4_npy_write(const char *path, const fp4_tensor *t, fp4_err *err)
     pre[8] = (unsigned char)(len & 0xff);
     pre[9] = (unsigned char)(len >> 8);
 
-    f = fopen(path, "wb");
-    if (!f) {
-        st = fp4_fail(err, FP4_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-        goto out;
-    }
-    created = 1;
-    if (fwrite(pre, 1, sizeof pre, f) != sizeof pre || fwrite(dict, 1, len, f) != len ||
-        (t->nbytes && fwrite(t->data, 1, t->nbytes, f) != t->nbytes)) {
+    st = fp4_io_out_open(&out, path, err);
+    if (st) return st;
+    if (fwrite(pre, 1, sizeof pre, out.f) != sizeof pre || fwrite(dict, 1, len, out.f) != len ||
+        (t->nbytes && fwrite(t->data, 1, t->nbytes, out.f) != t->nbytes))
         st = fp4_fail(err, FP4_ERR_IO, "%s: write error: %s", path, strerror(errno));
-        goto out;
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        st = fp4_fail(err, FP4_ERR_IO, "%s: write error on close: %s", path, strerror(errno));
-        goto out;
-    }
-    f = NULL;
-out:
-    if (f) fclose(f);
-    if (st && created) remove(path);
-    return st;
+    return fp4_io_out_finish(&out, st, err);
 }
 
 /* ---- a float matrix from any float .npy ------------------------------------------ */

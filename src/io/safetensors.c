@@ -592,19 +592,19 @@ static fp4_status check_tensor(const fp4_tensor *t, const char *path, fp4_err *e
 }
 
 /* Write tensors in the given order, contiguous, with an optional
- * __metadata__ of n_meta key/value pairs (meta[2i], meta[2i+1]). On failure
- * the partial file is removed. */
+ * __metadata__ of n_meta key/value pairs (meta[2i], meta[2i+1]), through
+ * fp4_io_out: on failure an existing file at path is left as it was. */
 static fp4_status st_write(const char *path, const fp4_tensor *ts, int count, const char *const *meta,
                            int n_meta, fp4_err *err)
 {
     fp4_status st = FP4_OK;
     cJSON *root = NULL, *m, *e, *a;
     char *json = NULL;
-    FILE *f = NULL;
+    fp4_io_out out;
     unsigned long long off = 0, hlen;
     unsigned char lenbuf[8];
     size_t jlen, pad;
-    int created = 0, i;
+    int i;
     static const char spaces[ST_ALIGN] = "        ";
 
     if (!path || (count > 0 && !ts) || count < 0)
@@ -654,31 +654,19 @@ static fp4_status st_write(const char *path, const fp4_tensor *ts, int count, co
     }
     for (i = 0; i < 8; i++) lenbuf[i] = (unsigned char)(hlen >> (8 * i));
 
-    f = fopen(path, "wb");
-    if (!f) {
-        st = fp4_fail(err, FP4_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-        goto out;
-    }
-    created = 1;
-    if (fwrite(lenbuf, 1, 8, f) != 8 || fwrite(json, 1, jlen, f) != jlen ||
-        fwrite(spaces, 1, pad, f) != pad)
-        goto ioerr;
-    for (i = 0; i < count; i++)
-        if (ts[i].nbytes && fwrite(ts[i].data, 1, ts[i].nbytes, f) != ts[i].nbytes) goto ioerr;
-    if (fclose(f) != 0) {
-        f = NULL;
-        goto ioerr;
-    }
-    f = NULL;
-    goto out;
-ioerr:
-    st = fp4_fail(err, FP4_ERR_IO, "%s: write error: %s", path, strerror(errno));
+    st = fp4_io_out_open(&out, path, err);
+    if (st) goto out;
+    if (fwrite(lenbuf, 1, 8, out.f) != 8 || fwrite(json, 1, jlen, out.f) != jlen ||
+        fwrite(spaces, 1, pad, out.f) != pad)
+        st = fp4_fail(err, FP4_ERR_IO, "%s: write error: %s", path, strerror(errno));
+    for (i = 0; i < count && !st; i++)
+        if (ts[i].nbytes && fwrite(ts[i].data, 1, ts[i].nbytes, out.f) != ts[i].nbytes)
+            st = fp4_fail(err, FP4_ERR_IO, "%s: write error: %s", path, strerror(errno));
+    st = fp4_io_out_finish(&out, st, err);
     goto out;
 nomem:
     st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory building the header", path);
 out:
-    if (f) fclose(f);
-    if (st && created) remove(path);
     free(json);
     cJSON_Delete(root);
     return st;
