@@ -78,6 +78,13 @@ expect 3 "int32 or int64" -- "$FP4" moe $D --trace "$TMP/f32.npy"
 expect 3 "token 1, slot 0: expert 9 is outside 0..7" -- "$FP4" moe $D --trace "$TMP/bad_id.npy"
 expect 3 "token 1 names expert 1 twice" -- "$FP4" moe $D --trace "$TMP/dup.npy"
 expect 2 "3 experts per token, the layer's top-k is 2" -- "$FP4" moe $D --trace "$TMP/k3.npy"
+# read as strictly as every .npy: no bytes after the data, no 1-D or 3-D ids
+cp "$TMP/t32.npy" "$TMP/tail.npy" && printf 'junk' >>"$TMP/tail.npy"
+expect 3 "4 unexpected bytes after the data" -- "$FP4" moe $D --trace "$TMP/tail.npy"
+npy_ints "$TMP/oned.npy" '<i4' 4 4 "" 3 0 3 1
+expect 3 "ids must have a 2-D shape" -- "$FP4" moe $D --trace "$TMP/oned.npy"
+npy_ints "$TMP/big.npy" '<i8' 8 2 2 3 0 4294967297 1
+expect 3 "big.npy: \[1, 0\]: 4294967297 does not fit int32" -- "$FP4" moe $D --trace "$TMP/big.npy"
 expect 2 "--tokens 7: the trace .* has 6 tokens" -- "$FP4" moe $D --trace "$TMP/t32.npy" --tokens 7
 expect 2 "--trace goes with --routing trace" -- "$FP4" moe $D --trace "$TMP/t32.npy" --routing random
 

@@ -122,6 +122,13 @@ fp4_status fp4_nvfp4_load(const char *path, fp4_matrix *m, fp4_err *err);
 fp4_status fp4_nvfp4_load_layer(const char *path, const char *prefix, fp4_matrix *m,
                                 float *input_scale, fp4_err *err);
 
+/* Read a [rows, cols] matrix of int32 or int64 ('<i4', '<i8', C order) from
+ * .npy into int32 (*ids malloc'ed), such as a routing's expert ids; a value
+ * outside int32 is an error that names its place. The file is read as
+ * strictly as fp4_npy_read reads (the whole header dict, no bytes after the
+ * data). */
+fp4_status fp4_npy_read_ids(const char *path, int32_t **ids, int64_t *rows, int64_t *cols, fp4_err *err);
+
 /* Read a [rows, cols] matrix of any float dtype from .npy into floats
  * (*data malloc'ed). */
 fp4_status fp4_npy_read_matrix_f32(const char *path, float **data, int64_t *rows,

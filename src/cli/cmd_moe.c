@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "fp4/device.h"
 #include "fp4/engine.h"
+#include "fp4/io.h"
 #include "fp4/moe.h"
 #include "fp4/moe_backend.h"
 #include "fp4/moe_engine.h"
@@ -23,7 +23,6 @@
 #define MAX_TOKENS 64          /* T values in one run */
 #define MOE_MAX_T (1 << 24)     /* tokens of a case (the layer command's limit too) */
 #define SWEEP_MAX_TOKENS 8192  /* --sweep: 1, 2, 4, ..., 8192 */
-#define TRACE_MAX_BYTES (1ull << 30)
 #define REASON_CELL 70         /* characters of a reason in the table (--verbose: all) */
 
 static const char moe_usage[] =
@@ -190,133 +189,21 @@ static void add_backends(const cli_args *a, const char *names, const fp4_moe_bac
 
 /* ---- the routing trace ------------------------------------------------------------------ */
 
-/* The value of key in a .npy header dict ("'key': value"), or NULL. */
-static const char *npy_key(const char *hdr, const char *key)
-{
-    char pat[32];
-    snprintf(pat, sizeof pat, "'%s'", key);
-    const char *p = strstr(hdr, pat);
-    if (!p) return NULL;
-    p += strlen(pat);
-    while (*p == ' ') p++;
-    if (*p != ':') return NULL;
-    p++;
-    while (*p == ' ') p++;
-    return p;
-}
-
-/* Expert ids [T, k] from a .npy of int32 or int64 (C order, little-endian):
- * *ids int32 [T * k] malloc'ed. The ids themselves are checked by the routing
+/* Expert ids [T, k] from a .npy of int32 or int64 (fp4_npy_read_ids): *ids
+ * int32 [T * k] malloc'ed. The ids themselves are checked by the routing
  * (fp4_moe_routing_check), which names the first bad entry. */
 static fp4_status read_trace(const char *path, int32_t **ids, int64_t *tokens, int64_t *k,
                              fp4_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    struct stat sb;
-    fp4_status st = FP4_OK;
-    size_t len = 0;
-    *ids = NULL;
-    if (!f) return fp4_fail(err, FP4_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        (unsigned long long)sb.st_size > TRACE_MAX_BYTES) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a regular file of at most 1 GiB", path);
-        goto out;
-    }
-    len = (size_t)sb.st_size;
-    if (!(buf = malloc(len + 1)) || fread(buf, 1, len, f) != len) {
-        st = fp4_fail(err, FP4_ERR_IO, "cannot read %s", path);
-        goto out;
-    }
-    buf[len] = '\0';
-    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
-        goto out;
-    }
-    const int major = buf[6];
-    size_t hlen, hoff;
-    if (major == 1) {
-        hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
-        hoff = 10;
-    } else if ((major == 2 || major == 3) && len >= 12) {
-        hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
-        hoff = 12;
-    } else {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: .npy version %d is not supported", path, major);
-        goto out;
-    }
-    if (hlen > len - hoff || hlen > (1u << 20)) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated .npy header", path);
-        goto out;
-    }
-    char hdr[4096];
-    if (hlen >= sizeof hdr) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: .npy header longer than %zu bytes", path, sizeof hdr - 1);
-        goto out;
-    }
-    memcpy(hdr, buf + hoff, hlen);
-    hdr[hlen] = '\0';
-    const char *descr = npy_key(hdr, "descr"), *fo = npy_key(hdr, "fortran_order"),
-               *shape = npy_key(hdr, "shape");
-    size_t esize;
-    if (descr && (strncmp(descr, "'<i4'", 5) == 0 || strncmp(descr, "'|i4'", 5) == 0)) esize = 4;
-    else if (descr && (strncmp(descr, "'<i8'", 5) == 0 || strncmp(descr, "'|i8'", 5) == 0)) esize = 8;
-    else {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: expert ids must be int32 or int64 ('<i4', '<i8')", path);
-        goto out;
-    }
-    if (!fo || strncmp(fo, "False", 5) != 0) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: Fortran order is not supported (want C order)", path);
-        goto out;
-    }
-    long long dim[2];
-    char *end;
-    if (!shape || *shape != '(') goto bad_shape;
-    errno = 0;
-    dim[0] = strtoll(shape + 1, &end, 10);
-    if (errno || end == shape + 1 || *end != ',') goto bad_shape;
-    const char *p = end + 1;
-    while (*p == ' ') p++;
-    dim[1] = strtoll(p, &end, 10);
-    if (errno || end == p) goto bad_shape;
-    while (*end == ' ' || *end == ',') end++;
-    if (*end != ')' || dim[0] < 1 || dim[1] < 1 || dim[0] > INT32_MAX || dim[1] > FP4_MOE_MAX_EXPERTS)
-        goto bad_shape;
-    const size_t count = (size_t)dim[0] * (size_t)dim[1];
-    if (count > (len - hoff - hlen) / esize) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lldx%lld ids need %zu bytes of data", path,
-                      dim[0], dim[1], count * esize);
-        goto out;
-    }
-    if (!(*ids = malloc(count * sizeof **ids))) {
-        st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the trace");
-        goto out;
-    }
-    const unsigned char *data = buf + hoff + hlen;
-    for (size_t i = 0; i < count; i++) {
-        int64_t v = 0;
-        for (size_t b = 0; b < esize; b++) v |= (int64_t)((uint64_t)data[i * esize + b] << (8 * b));
-        if (esize == 4) v = (int32_t)(uint32_t)v; /* sign-extend */
-        if (v < INT32_MIN || v > INT32_MAX) {
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: token %zu, slot %zu: expert id %lld does not fit int32",
-                          path, i / (size_t)dim[1], i % (size_t)dim[1], (long long)v);
-            goto out;
-        }
-        (*ids)[i] = (int32_t)v;
-    }
-    *tokens = dim[0];
-    *k = dim[1];
-    goto out;
-bad_shape:
-    st = fp4_fail(err, FP4_ERR_FORMAT, "%s: expert ids must have a 2-D shape (T, k)", path);
-out:
-    if (st != FP4_OK) {
+    fp4_status st = fp4_npy_read_ids(path, ids, tokens, k, err);
+    if (st != FP4_OK) return st;
+    if (*k > FP4_MOE_MAX_EXPERTS || *tokens > MOE_MAX_T) {
         free(*ids);
         *ids = NULL;
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: %lld tokens x %lld experts: at most %d tokens and %d experts a token",
+                        path, (long long)*tokens, (long long)*k, MOE_MAX_T, FP4_MOE_MAX_EXPERTS);
     }
-    free(buf);
-    fclose(f);
-    return st;
+    return FP4_OK;
 }
 
 /* ---- output ------------------------------------------------------------------------------- */

@@ -340,69 +340,52 @@ static int looks_like_safetensors(const unsigned char *pre, long long fsize)
     return pre[8] == '{' && hlen >= 2 && hlen <= (unsigned long long)(fsize - 8);
 }
 
-/* Read a whole .npy from src into out. On failure out is an empty tensor. */
-static fp4_status npy_read_src(fp4_io_src *src, fp4_tensor *out, fp4_err *err)
+/* Read and parse src's preamble and header dict into *h; *data_bytes: what
+ * follows the header. Little-endian data only. */
+static fp4_status npy_read_header(fp4_io_src *src, npy_header *h, long long *data_bytes, fp4_err *err)
 {
     fp4_status st = FP4_OK;
     const char *path = src->name;
     char *hdr = NULL;
     long long fsize = src->size;
     unsigned char pre[12];
-    size_t pre_len, hlen, nbytes, numel = 1;
-    long long avail;
-    npy_header h;
+    size_t pre_len, hlen;
     npy_parser p;
-    fp4_tensor t;
 
-    memset(&t, 0, sizeof t);
-    if (fsize < 10) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, too short for a .npy file",
-                      path, fsize);
-        goto out;
-    }
+    if (fsize < 10)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, too short for a .npy file",
+                        path, fsize);
     st = fp4_io_src_read(src, pre, 10, err);
-    if (st) goto out;
+    if (st) return st;
     if (memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
         if (looks_like_safetensors(pre, fsize))
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: this is a .safetensors file, not .npy", path);
-        else
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
-        goto out;
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: this is a .safetensors file, not .npy", path);
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
     }
     if (pre[6] == 1 && pre[7] == 0) {
         pre_len = 10;
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
     } else if ((pre[6] == 2 || pre[6] == 3) && pre[7] == 0) {
-        if (fsize < 12) {
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, too short for a .npy %d.0 file",
-                          path, fsize, pre[6]);
-            goto out;
-        }
+        if (fsize < 12)
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: %lld bytes, too short for a .npy %d.0 file",
+                            path, fsize, pre[6]);
         st = fp4_io_src_read(src, pre + 10, 2, err);
-        if (st) goto out;
+        if (st) return st;
         pre_len = 12;
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
                (size_t)pre[11] << 24;
     } else {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are read)",
-                      path, pre[6], pre[7]);
-        goto out;
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are read)",
+                        path, pre[6], pre[7]);
     }
-    if (hlen > NPY_HEADER_CAP) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: header length %zu is absurd (more than %u bytes)", path,
-                      hlen, NPY_HEADER_CAP);
-        goto out;
-    }
-    if ((long long)hlen > fsize - (long long)pre_len) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: the header is %zu bytes, the file has %lld after the preamble",
-                      path, hlen, fsize - (long long)pre_len);
-        goto out;
-    }
+    if (hlen > NPY_HEADER_CAP)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: header length %zu is absurd (more than %u bytes)", path,
+                        hlen, NPY_HEADER_CAP);
+    if ((long long)hlen > fsize - (long long)pre_len)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: the header is %zu bytes, the file has %lld after the preamble",
+                        path, hlen, fsize - (long long)pre_len);
     hdr = malloc(hlen + 1);
-    if (!hdr) {
-        st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, hlen);
-        goto out;
-    }
+    if (!hdr) return fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, hlen);
     st = fp4_io_src_read(src, hdr, hlen, err);
     if (st) goto out;
     hdr[hlen] = '\0';
@@ -410,74 +393,139 @@ static fp4_status npy_read_src(fp4_io_src *src, fp4_tensor *out, fp4_err *err)
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: bad header: it contains a NUL byte", path);
         goto out;
     }
-
     p.s = hdr;
     p.n = hlen;
     p.pos = 0;
     p.why = NULL;
-    if (parse_header(&p, &h)) {
+    if (parse_header(&p, h)) {
         st = fp4_fail(err, FP4_ERR_FORMAT, "%s: bad header: %s (at byte %zu of the header)", path,
                       p.why, p.pos);
         goto out;
     }
-    if (h.descr[0] == '>') {
-        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: big-endian data ('%s') is not supported", path, h.descr);
+    if (h->descr[0] == '>') {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: big-endian data ('%s') is not supported", path, h->descr);
         goto out;
     }
-    if (descr_dtype(h.descr, &t.dtype)) {
-        st = fp4_fail(err, FP4_ERR_DTYPE,
-                      "%s: unsupported dtype '%s' (read: '<f4', '<f2', '|u1', bf16 as '<V2')",
-                      path, h.descr);
-        goto out;
-    }
-    if (h.fortran) {
+    if (h->fortran) {
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED,
                       "%s: fortran_order True is not supported (save a C-order array)", path);
         goto out;
     }
-    if (h.ndim > FP4_MAX_DIMS) {
+    if (h->ndim > FP4_MAX_DIMS) {
         st = fp4_fail(err, FP4_ERR_UNSUPPORTED, "%s: %d dimensions, at most %d are supported", path,
-                      h.ndim, FP4_MAX_DIMS);
+                      h->ndim, FP4_MAX_DIMS);
         goto out;
     }
+    *data_bytes = fsize - (long long)pre_len - (long long)hlen;
+out:
+    free(hdr);
+    return st;
+}
+
+/* The data of h's shape in elements of esize bytes: *nbytes, which must be
+ * exactly the avail bytes after the header. */
+static fp4_status npy_data_bytes(const char *path, const npy_header *h, size_t esize, long long avail,
+                                 size_t *nbytes, fp4_err *err)
+{
+    size_t numel = 1;
+    for (int i = 0; i < h->ndim; i++)
+        if (fp4_size_mul(numel, (size_t)h->shape[i], &numel))
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's element count overflows", path);
+    if (fp4_size_mul(numel, esize, nbytes) || *nbytes > (size_t)INT64_MAX)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's byte count overflows", path);
+    if ((unsigned long long)avail < (unsigned long long)*nbytes)
+        return fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: header says %zu bytes of data, file has %lld",
+                        path, *nbytes, avail);
+    if ((unsigned long long)avail > (unsigned long long)*nbytes)
+        return fp4_fail(err, FP4_ERR_FORMAT,
+                        "%s: %lld unexpected bytes after the data (header says %zu bytes of data)",
+                        path, avail - (long long)*nbytes, *nbytes);
+    return FP4_OK;
+}
+
+/* Read a whole .npy from src into out. On failure out is an empty tensor. */
+static fp4_status npy_read_src(fp4_io_src *src, fp4_tensor *out, fp4_err *err)
+{
+    const char *path = src->name;
+    size_t nbytes;
+    long long avail = 0;
+    npy_header h;
+    fp4_tensor t;
+    fp4_status st;
+
+    memset(&t, 0, sizeof t);
+    if ((st = npy_read_header(src, &h, &avail, err)) != FP4_OK) return st;
+    if (descr_dtype(h.descr, &t.dtype))
+        return fp4_fail(err, FP4_ERR_DTYPE,
+                        "%s: unsupported dtype '%s' (read: '<f4', '<f2', '|u1', bf16 as '<V2')",
+                        path, h.descr);
     t.ndim = h.ndim;
-    for (int i = 0; i < h.ndim; i++) {
-        t.shape[i] = h.shape[i];
-        if (fp4_size_mul(numel, (size_t)h.shape[i], &numel)) {
-            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's element count overflows", path);
-            goto out;
-        }
-    }
-    if (fp4_size_mul(numel, fp4_dtype_size(t.dtype), &nbytes) || nbytes > (size_t)INT64_MAX) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's byte count overflows", path);
-        goto out;
-    }
-    avail = fsize - (long long)pre_len - (long long)hlen;
-    if ((unsigned long long)avail < (unsigned long long)nbytes) {
-        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: truncated: header says %zu bytes of data, file has %lld",
-                      path, nbytes, avail);
-        goto out;
-    }
-    if ((unsigned long long)avail > (unsigned long long)nbytes) {
-        st = fp4_fail(err, FP4_ERR_FORMAT,
-                      "%s: %lld unexpected bytes after the data (header says %zu bytes of data)",
-                      path, avail - (long long)nbytes, nbytes);
-        goto out;
-    }
+    for (int i = 0; i < h.ndim; i++) t.shape[i] = h.shape[i];
+    if ((st = npy_data_bytes(path, &h, fp4_dtype_size(t.dtype), avail, &nbytes, err)) != FP4_OK) return st;
     t.data = malloc(nbytes ? nbytes : 1);
-    if (!t.data) {
-        st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for %zu bytes of data", path, nbytes);
-        goto out;
-    }
+    if (!t.data)
+        return fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for %zu bytes of data", path, nbytes);
     t.nbytes = nbytes;
     st = fp4_io_src_read(src, t.data, nbytes, err);
-    if (st) goto out;
-
+    if (st) {
+        fp4_tensor_free(&t);
+        return st;
+    }
     *out = t;
-    memset(&t, 0, sizeof t);
+    return FP4_OK;
+}
+
+fp4_status fp4_npy_read_ids(const char *path, int32_t **ids, int64_t *rows, int64_t *cols, fp4_err *err)
+{
+    fp4_io_src src;
+    npy_header h;
+    long long avail = 0;
+    size_t esize, nbytes;
+    unsigned char *raw = NULL;
+    fp4_status st;
+    if (ids) *ids = NULL;
+    if (!path || !ids || !rows || !cols) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_npy_read_ids: NULL argument");
+    memset(&src, 0, sizeof src);
+    src.name = path;
+    if ((st = fp4_io_open_sized(path, &src.f, &src.size, err)) != FP4_OK) return st;
+    if ((st = npy_read_header(&src, &h, &avail, err)) != FP4_OK) goto out;
+    if (strcmp(h.descr, "<i4") == 0 || strcmp(h.descr, "|i4") == 0) esize = 4;
+    else if (strcmp(h.descr, "<i8") == 0 || strcmp(h.descr, "|i8") == 0) esize = 8;
+    else {
+        st = fp4_fail(err, FP4_ERR_DTYPE, "%s: ids must be int32 or int64 ('<i4', '<i8'), not '%s'", path, h.descr);
+        goto out;
+    }
+    if (h.ndim != 2 || h.shape[0] < 1 || h.shape[1] < 1) {
+        st = fp4_fail(err, FP4_ERR_FORMAT, "%s: ids must have a 2-D shape with no empty side", path);
+        goto out;
+    }
+    if ((st = npy_data_bytes(path, &h, esize, avail, &nbytes, err)) != FP4_OK) goto out;
+    const size_t count = nbytes / esize;
+    if (!(raw = malloc(nbytes)) || !(*ids = malloc(count * sizeof **ids))) {
+        st = fp4_fail(err, FP4_ERR_NOMEM, "%s: out of memory for %zu ids", path, count);
+        goto out;
+    }
+    if ((st = fp4_io_src_read(&src, raw, nbytes, err)) != FP4_OK) goto out;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t u = 0;
+        for (size_t b = 0; b < esize; b++) u |= (uint64_t)raw[i * esize + b] << (8 * b);
+        const int64_t v = esize == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+        if (v < INT32_MIN || v > INT32_MAX) {
+            st = fp4_fail(err, FP4_ERR_FORMAT, "%s: [%zu, %zu]: %lld does not fit int32", path,
+                          i / (size_t)h.shape[1], i % (size_t)h.shape[1], (long long)v);
+            goto out;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *rows = h.shape[0];
+    *cols = h.shape[1];
 out:
-    fp4_tensor_free(&t);
-    free(hdr);
+    if (st != FP4_OK) {
+        free(*ids);
+        *ids = NULL;
+    }
+    free(raw);
+    fclose(src.f);
     return st;
 }
 
