@@ -106,11 +106,11 @@ expect 3 "broken.json" -- "$FP4" compare "$TMP/broken.json" "$TMP/broken.json"
 expect 2 "--threshold: 'x' is not a number" -- "$FP4" compare a.json b.json --threshold x
 # numbers JSON cannot hold exactly, bytes that are not UTF-8, and the size cap
 row='"label":"x","n":2,"k":16,"backend":"b","state":"ok","l2":"cold"'
-printf '{"schema_version":1,"rows":[{%s,"m":1,"time_us":{"count":1,"median":1e999}}]}' "$row" >"$TMP/inf.json"
+printf '{"schema":"fp4bench/1","schema_version":1,"device":{},"settings":{},"rows":[{%s,"m":1,"time_us":{"count":1,"median":1e999}}]}' "$row" >"$TMP/inf.json"
 expect 3 "inf.json: rows\[0\].time_us.median: number out of range \(not finite\)" -- "$FP4" compare "$TMP/inf.json" "$TMP/inf.json"
-printf '{"schema_version":1,"rows":[{%s,"m":9007199254740993,"time_us":{"count":1}}]}' "$row" >"$TMP/big.json"
+printf '{"schema":"fp4bench/1","schema_version":1,"device":{},"settings":{},"rows":[{%s,"m":9007199254740993,"time_us":{"count":1}}]}' "$row" >"$TMP/big.json"
 expect 3 "big.json: rows\[0\].m: integer beyond 2\^53 - 1" -- "$FP4" compare "$TMP/big.json" "$TMP/big.json"
-printf '{"schema_version":1,"rows":[{"label":"x\377","n":2,"k":16,"backend":"b","state":"ok","l2":"cold","m":1,"time_us":{"count":1}}]}' >"$TMP/utf8.json"
+printf '{"schema":"fp4bench/1","schema_version":1,"device":{},"settings":{},"rows":[{"label":"x\377","n":2,"k":16,"backend":"b","state":"ok","l2":"cold","m":1,"time_us":{"count":1}}]}' >"$TMP/utf8.json"
 expect 3 "utf8.json: rows\[0\].label: string is not valid UTF-8" -- "$FP4" compare "$TMP/utf8.json" "$TMP/utf8.json"
 truncate -s 268435457 "$TMP/huge.json"
 expect 3 "huge.json: .*more than the 268435456 bytes \(256 MiB\)" -- "$FP4" compare "$TMP/huge.json" "$TMP/huge.json"

@@ -38,7 +38,7 @@ checks=$((checks + 8))
 # minute a quadratic match takes.
 gen() { # gen FILE ORDER(fwd|rev) ROWS
     awk -v order="$2" -v n="$3" 'BEGIN {
-        printf "{\"schema_version\": 1, \"device\": {\"present\": true, \"name\": \"NVIDIA H200\"},\n\"rows\": [\n"
+        printf "{\"schema\": \"fp4bench/1\", \"schema_version\": 1, \"device\": {\"present\": true, \"name\": \"NVIDIA H200\"},\n\"settings\": {}, \"rows\": [\n"
         for (j = 0; j < n; j++) {
             i = order == "rev" ? n - 1 - j : j
             t = (order == "rev" && i == 4242) ? 150 : 100

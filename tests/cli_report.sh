@@ -52,7 +52,7 @@ row() {
 }
 gpu_json() { # gpu_json FILE READ_GBPS
     {
-        printf '{"schema_version": 1, "fp4bench": {"version": "0.1.0", "commit": "feedbeef"},\n'
+        printf '{"schema": "fp4bench/1", "schema_version": 1, "fp4bench": {"version": "0.1.0", "commit": "feedbeef"},\n'
         printf '"command": "fp4bench run --spec <moe>.spec",\n'
         printf '"device": {"present": true, "name": "NVIDIA H200", "cc_major": 9, "cc_minor": 0, "sms": 132, "driver_version": 13000, "runtime_version": 12080, "sm_clock_max_mhz": 1980, "mem_clock_max_mhz": 3201, "nvml": true, "driver_string": "580.1"},\n'
         printf '"ceilings": {"measured": true, "read_gbps": %s, "bf16_tflops": 840, "fp8_tflops": 1460},\n' "$2"
@@ -116,11 +116,11 @@ expect 2 "--html needs a value" -- "$FP4" report "$TMP/x.json" --html
 expect 3 "cannot open $TMP/none.json" -- "$FP4" report "$TMP/none.json" --html "$TMP/e.html"
 printf '{"schema_version": 1, "rows": [' >"$TMP/cut.json"
 expect 3 "cut.json: not valid JSON" -- "$FP4" report "$TMP/cut.json" --html "$TMP/e.html"
-printf '{"schema_version": 1, "rows": []}\n' >"$TMP/empty.json"
+printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": []}\n' >"$TMP/empty.json"
 expect 3 "empty.json: no rows to report" -- "$FP4" report "$TMP/x.json" "$TMP/empty.json" --html "$TMP/e.html"
 printf '[1, 2]\n' >"$TMP/array.json"
 expect 3 "array.json: .*expected an object" -- "$FP4" report "$TMP/array.json" --html "$TMP/e.html"
-printf '{"schema_version": 1, "rows": [{"label": "a", "m": 1, "n": 16, "k": 16, "backend": "b", "state": "ok", "l2": "cold", "time_us": {"count": 0}, "steps": [{"name": "x", "us": "fast"}]}]}\n' >"$TMP/steps.json"
+printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": [{"label": "a", "m": 1, "n": 16, "k": 16, "backend": "b", "state": "ok", "l2": "cold", "time_us": {"count": 0}, "steps": [{"name": "x", "us": "fast"}]}]}\n' >"$TMP/steps.json"
 expect 3 "steps.json: rows\[0\].steps\[0\].us: expected a number" -- "$FP4" report "$TMP/steps.json" --html "$TMP/e.html"
 [ -e "$TMP/e.html" ] && fail "a failed report left $TMP/e.html"
 expect 3 "cannot create $TMP/no/such/r.html: No such file" -- "$FP4" report "$TMP/x.json" --html "$TMP/no/such/r.html"

@@ -344,7 +344,8 @@ static void test_json_csv(const char *dir)
 
     /* a file from before: no gpu, no gpus, no device.index: all GPU 0 */
     static const char old[] =
-        "{\"schema_version\": 1, \"device\": {\"present\": true, \"name\": \"NVIDIA H200\"},"
+        "{\"schema\": \"fp4bench/1\", \"schema_version\": 1, \"settings\": {},"
+        " \"device\": {\"present\": true, \"name\": \"NVIDIA H200\"},"
         " \"rows\": [{\"label\": \"x\", \"m\": 1, \"n\": 2, \"k\": 32, \"backend\": \"cpu-ref\","
         " \"state\": \"ok\", \"l2\": \"n/a\", \"time_us\": {\"count\": 0}}]}";
     CHECK(fp4_report_parse_json(old, sizeof old - 1, "old.json", &back, &err) == FP4_OK);
@@ -352,11 +353,13 @@ static void test_json_csv(const char *dir)
           back.devx.power_limit_w == 0);
     fp4_report_free(&back);
     static const char negative[] =
-        "{\"schema_version\": 1, \"rows\": [{\"label\": \"x\", \"m\": 1, \"n\": 2, \"k\": 32,"
+        "{\"schema\": \"fp4bench/1\", \"schema_version\": 1, \"device\": {}, \"settings\": {},"
+        " \"rows\": [{\"label\": \"x\", \"m\": 1, \"n\": 2, \"k\": 32,"
         " \"backend\": \"a\", \"gpu\": -1, \"state\": \"ok\", \"l2\": \"n/a\", \"time_us\": {\"count\": 0}}]}";
     CHECK(fp4_report_parse_json(negative, sizeof negative - 1, "neg.json", &back, &err) == FP4_ERR_FORMAT &&
           strstr(err.msg, "rows[0].gpu"));
-    static const char not_array[] = "{\"schema_version\": 1, \"gpus\": 3, \"rows\": []}";
+    static const char not_array[] = "{\"schema\": \"fp4bench/1\", \"schema_version\": 1, \"device\": {}, \"gpus\": 3,"
+                                    " \"settings\": {}, \"rows\": []}";
     CHECK(fp4_report_parse_json(not_array, sizeof not_array - 1, "g.json", &back, &err) == FP4_ERR_FORMAT &&
           strstr(err.msg, "gpus"));
 

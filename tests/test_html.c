@@ -409,7 +409,9 @@ static void test_errors(void)
 #define ROW(extra)                                                                         \
     "{\"label\": \"moe\", \"m\": 64, \"n\": 2048, \"k\": 6144, \"backend\": \"moe-w4a4\", " \
     "\"state\": \"ok\", \"l2\": \"cold\", \"time_us\": {\"count\": 3, \"median\": 30}" extra "}"
-#define DOC(rows) "{\"schema_version\": 1, \"rows\": [" rows "]}"
+#define DOC(rows)                                                                         \
+    "{\"schema\": \"fp4bench/1\", \"schema_version\": 1, \"device\": {}, \"settings\": {}, " \
+    "\"rows\": [" rows "]}"
 
 /* fp4_report_run_parse(text) gives FP4_ERR_FORMAT with want in its message. */
 static void check_steps_refused(const char *text, const char *want)

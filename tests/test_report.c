@@ -385,6 +385,10 @@ static void test_json_round_trip(void)
 
 /* read_json on the text must fail with status want and a message naming
  * `field`. */
+/* The start of a document that is a report (schema, device, settings) but for
+ * what follows. */
+#define DOC_HEAD "{\"schema\":\"fp4bench/1\",\"schema_version\":1,\"device\":{},\"settings\":{},"
+
 static void expect_bad(const char *name, const char *text, fp4_status want, const char *field)
 {
     char path[128];
@@ -425,38 +429,40 @@ static void test_json_malformed(void)
     expect_bad("truncated.json", cut, FP4_ERR_FORMAT, "not valid JSON");
     free(cut);
     expect_bad("empty.json", "", FP4_ERR_FORMAT, "not valid JSON");
-    expect_bad("trailing.json", "{\"schema_version\":1,\"rows\":[]} x", FP4_ERR_FORMAT,
+    expect_bad("trailing.json", DOC_HEAD "\"rows\":[]} x", FP4_ERR_FORMAT,
                "not valid JSON");
     free(text);
 
-    expect_bad("v2.json", "{\"schema_version\":2,\"rows\":[]}", FP4_ERR_FORMAT, "schema_version");
-    expect_bad("nov.json", "{\"rows\":[]}", FP4_ERR_FORMAT, "schema_version");
-    expect_bad("norows.json", "{\"schema_version\":1}", FP4_ERR_FORMAT, "rows");
-    expect_bad("rowsobj.json", "{\"schema_version\":1,\"rows\":{}}", FP4_ERR_FORMAT, "rows");
+    expect_bad("v2.json", "{\"schema\":\"fp4bench/1\",\"schema_version\":2,\"rows\":[]}", FP4_ERR_FORMAT,
+               "schema_version");
+    expect_bad("nov.json", "{\"schema\":\"fp4bench/1\",\"rows\":[]}", FP4_ERR_FORMAT, "schema_version");
+    expect_bad("norows.json", DOC_HEAD "\"x\":0}", FP4_ERR_FORMAT, "rows");
+    expect_bad("rowsobj.json", DOC_HEAD "\"rows\":{}}", FP4_ERR_FORMAT, "rows");
     expect_bad("array.json", "[1,2]", FP4_ERR_FORMAT, "top level");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[%s,%s]}", row_ok,
+    snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[%s,%s]}", row_ok,
              "{\"label\":\"x\",\"m\":\"many\",\"n\":2,\"k\":16,\"backend\":\"b\","
              "\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":0}}");
     expect_bad("mtype.json", buf, FP4_ERR_FORMAT, "rows[1].m");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[%s]}",
+    snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[%s]}",
              "{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,\"backend\":\"b\","
              "\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":1,\"median\":\"fast\"}}");
     expect_bad("median.json", buf, FP4_ERR_FORMAT, "rows[0].time_us.median");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[%s]}",
+    snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[%s]}",
              "{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,\"backend\":\"b\","
              "\"state\":\"meh\",\"l2\":\"cold\",\"time_us\":{\"count\":0}}");
     expect_bad("state.json", buf, FP4_ERR_FORMAT, "rows[0].state");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[%s]}",
+    snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[%s]}",
              "{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,\"backend\":\"b\",\"state\":\"ok\"}");
     expect_bad("notime.json", buf, FP4_ERR_FORMAT, "rows[0].l2");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"settings\":{\"hot\":\"yes\"},\"rows\":[]}");
+    snprintf(buf, sizeof buf, "{\"schema\":\"fp4bench/1\",\"schema_version\":1,\"device\":{},"
+                              "\"settings\":{\"hot\":\"yes\"},\"rows\":[]}");
     expect_bad("hot.json", buf, FP4_ERR_FORMAT, "settings.hot");
     expect_bad("missing-file.json", NULL, FP4_ERR_IO, "missing-file.json");
 
     /* the minimal valid document reads, with defaults for the rest */
     {
         fp4_report r;
-        snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[%s]}", row_ok);
+        snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[%s]}", row_ok);
         tmp_path(path, sizeof path, "minimal.json");
         write_text(path, buf);
         CHECK_MSG(fp4_report_read_json(path, &r, &err) == FP4_OK, "minimal: %s",
@@ -468,11 +474,85 @@ static void test_json_malformed(void)
     }
 }
 
+/* A document of one row: top's members at the top level, then a row with
+ * fields first (cJSON takes the first of two equal keys, so a field there
+ * replaces the standard one after it) and time_us holding time_us. */
+static void one_row_doc(char *buf, size_t cap, const char *top, const char *fields, const char *time_us)
+{
+    snprintf(buf, cap,
+             "{%s\"schema_version\":1,\"rows\":[{%s\"label\":\"x\",\"m\":16,\"n\":64,\"k\":64,"
+             "\"backend\":\"b\",\"state\":\"ok\",\"l2\":\"cold\",\"timing\":\"host\",\"time_us\":{%s}}]}",
+             top, fields, time_us);
+}
+
+/* What fp4bench never writes is refused, naming the field; what it does
+ * write (untimed rows, a noise above 1, "" modes, escapes) still reads. */
+static void test_json_not_a_report(void)
+{
+    static const char head[] = "\"schema\":\"fp4bench/1\",\"device\":{},\"settings\":{},";
+    static const char timed[] = "\"count\":10,\"median\":35.5,\"noise\":0.004";
+    static const struct {
+        const char *name, *top, *fields, *time_us, *want;
+    } bad[] = {
+        {"mneg.json", head, "\"m\":-16,", timed, "rows[0].m: expected a positive integer"},
+        {"mzero.json", head, "\"m\":0,", timed, "rows[0].m: expected a positive integer"},
+        {"nzero.json", head, "\"n\":0,", timed, "rows[0].n: expected a positive integer"},
+        {"kzero.json", head, "\"k\":0,", timed, "rows[0].k: expected a positive integer"},
+        {"k60.json", head, "\"k\":60,", timed, "rows[0].k: not a multiple of 16"},
+        {"median0.json", head, "", "\"count\":10,\"median\":0", "rows[0].time_us.median: expected a positive time"},
+        {"medianneg.json", head, "", "\"count\":3,\"median\":-2", "rows[0].time_us.median: expected a positive"},
+        {"noiseneg.json", head, "", "\"count\":3,\"median\":2,\"noise\":-0.1", "rows[0].time_us.noise: negative"},
+        {"l2.json", head, "\"l2\":\"banana\",", timed, "rows[0].l2: expected \"cold\""},
+        {"timing.json", head, "\"timing\":\"banana\",", timed, "rows[0].timing: expected \"graph\""},
+        {"nul.json", head, "\"label\":\"ab\\u0000cd\",", timed, "holds \\u0000 (a NUL character)"},
+        {"other.json", "\"schema\":\"other/1\",\"device\":{},\"settings\":{},", "", timed,
+         "schema: \"other/1\", expected \"fp4bench/1\": not an fp4bench report"},
+        {"layer.json", "\"schema\":\"fp4bench-layer/1\",\"device\":{},\"settings\":{},", "", timed,
+         "not an fp4bench report"},
+        {"schemanum.json", "\"schema\":1,\"device\":{},\"settings\":{},", "", timed, "schema: expected a string"},
+        {"noschema.json", "\"device\":{},\"settings\":{},", "", timed, "schema: missing: not an fp4bench report"},
+        {"nodevice.json", "\"schema\":\"fp4bench/1\",\"settings\":{},", "", timed,
+         "device: missing: not an fp4bench report"},
+        {"nosettings.json", "\"schema\":\"fp4bench/1\",\"device\":{},", "", timed,
+         "settings: missing: not an fp4bench report"},
+    };
+    static const struct {
+        const char *name, *fields, *time_us;
+    } good[] = {
+        {"timed.json", "", timed},
+        {"untimed.json", "\"state\":\"unsupported\",\"timing\":\"\",", "\"count\":0,\"median\":0,\"noise\":0"},
+        {"untimednull.json", "", "\"count\":0,\"median\":null"},
+        {"nanmedian.json", "", "\"count\":4,\"median\":null"},
+        {"bignoise.json", "", "\"count\":3,\"median\":2,\"noise\":2.5"},
+        {"onesample.json", "", "\"count\":1,\"median\":2,\"noise\":null"},
+        {"warm.json", "\"l2\":\"warm\",\"timing\":\"graph-nogate\",", timed},
+        {"hot.json", "\"l2\":\"hot\",\"timing\":\"launch\",", timed},
+        {"cpu.json", "\"l2\":\"n/a\",\"timing\":\"host\",", timed},
+        {"escapes.json", "\"label\":\"a\\\\u0000b \\\"q\\\" \\u00e9\",", timed},
+    };
+    char buf[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        one_row_doc(buf, sizeof buf, bad[i].top, bad[i].fields, bad[i].time_us);
+        expect_bad(bad[i].name, buf, FP4_ERR_FORMAT, bad[i].want);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fp4_report r;
+        fp4_err err;
+        fp4_status st;
+        one_row_doc(buf, sizeof buf, head, good[i].fields, good[i].time_us);
+        st = fp4_report_parse_json(buf, strlen(buf), good[i].name, &r, &err);
+        CHECK_MSG(st == FP4_OK && r.nrows == 1, "%s: %s", good[i].name, fp4_err_text(&err));
+        if (st == FP4_OK && strcmp(good[i].name, "escapes.json") == 0)
+            CHECK_MSG(strcmp(r.rows[0].label, "a\\u0000b \"q\" \xc3\xa9") == 0, "label '%s'", r.rows[0].label);
+        fp4_report_free(&r);
+    }
+}
+
 /* A row of the minimal document with one field's text replaced: m, median. */
 static void row_doc(char *buf, size_t cap, const char *m, const char *median, const char *label)
 {
     snprintf(buf, cap,
-             "{\"schema_version\":1,\"rows\":[{\"label\":\"%s\",\"m\":%s,\"n\":2,\"k\":16,"
+             DOC_HEAD "\"rows\":[{\"label\":\"%s\",\"m\":%s,\"n\":2,\"k\":16,"
              "\"backend\":\"b\",\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":1,"
              "\"median\":%s}}]}",
              label, m, median);
@@ -494,7 +574,8 @@ static void test_json_limits(void)
     expect_bad("neginf.json", buf, FP4_ERR_FORMAT, "not finite");
     row_doc(buf, sizeof buf, "1e999", "1", "x");
     expect_bad("mhuge.json", buf, FP4_ERR_FORMAT, "rows[0].m");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[],\"settings\":{\"hot\":1e999}}");
+    snprintf(buf, sizeof buf, "{\"schema\":\"fp4bench/1\",\"schema_version\":1,\"device\":{},\"rows\":[],"
+                              "\"settings\":{\"hot\":1e999}}");
     expect_bad("flaginf.json", buf, FP4_ERR_FORMAT, "settings.hot");
 
     /* integers: exact up to 2^53 - 1; a larger one may have been rounded */
@@ -504,9 +585,10 @@ static void test_json_limits(void)
     expect_bad("m2p53.json", buf, FP4_ERR_FORMAT, "rows[0].m");
     row_doc(buf, sizeof buf, "-9007199254740992", "1", "x");
     expect_bad("mneg2p53.json", buf, FP4_ERR_FORMAT, "rows[0].m");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[],\"settings\":{\"seed\":9007199254740993}}");
+    snprintf(buf, sizeof buf, "{\"schema\":\"fp4bench/1\",\"schema_version\":1,\"device\":{},\"rows\":[],"
+                              "\"settings\":{\"seed\":9007199254740993}}");
     expect_bad("seedbig.json", buf, FP4_ERR_FORMAT, "settings.seed");
-    snprintf(buf, sizeof buf, "{\"schema_version\":1,\"rows\":[{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,"
+    snprintf(buf, sizeof buf, DOC_HEAD "\"rows\":[{\"label\":\"x\",\"m\":1,\"n\":2,\"k\":16,"
              "\"backend\":\"b\",\"state\":\"ok\",\"l2\":\"cold\",\"time_us\":{\"count\":1e300}}]}");
     expect_bad("countbig.json", buf, FP4_ERR_FORMAT, "rows[0].time_us.count");
     row_doc(buf, sizeof buf, "9007199254740991", "1", "x");
@@ -822,6 +904,7 @@ int main(void)
     test_json_round_trip();
     test_json_malformed();
     test_json_limits();
+    test_json_not_a_report();
     test_csv();
     test_compare();
     test_table();

@@ -31,6 +31,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define FP4_JSON_SCHEMA "fp4bench/1" /* the "schema" of every report */
+
 /* The largest integer n such that every integer up to n is exact in a
  * double: 2^53 - 1. A larger JSON integer may have been rounded by the
  * parser (9007199254740993 reads as 2^53), so it is refused, not guessed. */
@@ -398,7 +400,7 @@ static cJSON *build_tree(const fp4_report *r)
     jw w = {1};
     cJSON *root = cJSON_CreateObject(), *o, *rows;
     if (!root) return NULL;
-    w_item(&w, root, "schema", cJSON_CreateString("fp4bench/1"));
+    w_item(&w, root, "schema", cJSON_CreateString(FP4_JSON_SCHEMA));
     w_num(&w, root, "schema_version", FP4_JSON_SCHEMA_VERSION);
     o = w_obj(&w, root, "fp4bench");
     W_STR(&w, o, "version", r->version);
@@ -628,6 +630,8 @@ static fp4_status r_stats(jr *c, const cJSON *o, const char *where, fp4_stats *s
     TRY(r_num(c, o, where, "mean", 0, &s->mean));
     TRY(r_num(c, o, where, "stdev", 0, &s->stdev));
     TRY(r_num(c, o, where, "noise", 0, &s->noise));
+    /* a relative CI half-width: >= 0; above 1 is possible (one far outlier among few samples) */
+    if (s->noise < 0) return r_bad(c, where, "noise", "negative (a relative width is >= 0)");
 out:
     return st;
 }
@@ -834,6 +838,30 @@ out:
     return st;
 }
 
+/* The values of a row's l2 and timing (src/bench/engine.c, moe_engine.c and
+ * python/fp4bench): "" where nothing was recorded (a row never timed). */
+static const char *const L2_MODES[] = {"", "cold", "hot", "warm", "n/a", NULL};
+static const char *const TIMING_MODES[] = {"", "graph", "graph-nogate", "launch", "host", NULL};
+
+static int one_of(const char *s, const char *const *set)
+{
+    for (; *set; set++)
+        if (strcmp(s, *set) == 0) return 1;
+    return 0;
+}
+
+/* A row's shape as fp4_shape_check requires of every case a run can have
+ * (MoE rows too: their K is the hidden or intermediate size, a multiple of
+ * 16). */
+static fp4_status r_shape(jr *c, const char *w, const fp4_shape *sh)
+{
+    if (sh->m < 1) return r_bad(c, w, "m", "expected a positive integer");
+    if (sh->n < 1) return r_bad(c, w, "n", "expected a positive integer");
+    if (sh->k < 1) return r_bad(c, w, "k", "expected a positive integer");
+    if (sh->k % FP4_BLOCK != 0) return r_bad(c, w, "k", "not a multiple of 16 (the NVFP4 block)");
+    return FP4_OK;
+}
+
 /* Row o (the index-th) into x; x->samples is allocated when samples_us is
  * present (the caller frees it on failure). */
 static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
@@ -851,6 +879,7 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
     TRY(r_i64(c, o, w, "m", 1, &x->shape.m));
     TRY(r_i64(c, o, w, "n", 1, &x->shape.n));
     TRY(r_i64(c, o, w, "k", 1, &x->shape.k));
+    TRY(r_shape(c, w, &x->shape));
     TRY(R_STR(c, o, w, "backend", 1, x->backend));
     TRY(R_STR(c, o, w, "variant", 0, x->variant));
     TRY(R_STR(c, o, w, "state", 1, state));
@@ -866,7 +895,11 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
     TRY(r_num(c, o, w, "err_max", 0, &x->err_max));
     TRY(r_num(c, o, w, "err_norm", 0, &x->err_norm));
     TRY(R_STR(c, o, w, "l2", 1, x->l2));
+    if (!one_of(x->l2, L2_MODES))
+        return r_bad(c, w, "l2", "expected \"cold\", \"hot\", \"warm\" or \"n/a\"");
     TRY(R_STR(c, o, w, "timing", 0, x->timing));
+    if (!one_of(x->timing, TIMING_MODES))
+        return r_bad(c, w, "timing", "expected \"graph\", \"graph-nogate\", \"launch\" or \"host\"");
     TRY(r_int(c, o, w, "copies", 0, &x->copies));
     TRY(r_int(c, o, w, "batch", 0, &x->batch));
     TRY(r_num(c, o, w, "rotation_bytes", 0, &x->rotation_bytes));
@@ -879,6 +912,10 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
     TRY(r_obj(c, o, w, "time_us", 1, 0, &t));
     snprintf(sub, sizeof sub, "%s.time_us", w);
     TRY(r_stats(c, t, sub, &x->t));
+    /* untimed rows (unsupported, FAILED before timing, --verify-only) have count 0 and a
+     * median of 0 or null; null (a non-finite median) stays readable for timed rows too */
+    if (x->t.count > 0 && x->t.median <= 0)
+        return r_bad(c, sub, "median", "expected a positive time (the row has samples) or null");
     empty_stats(&x->t_launch);
     TRY(r_obj(c, o, w, "launch_us", 0, 1, &t));
     snprintf(sub, sizeof sub, "%s.launch_us", w);
@@ -1023,6 +1060,49 @@ static fp4_status check_trailing(jr *c, const char *end, const char *buf, size_t
     return FP4_OK;
 }
 
+/* "schema" names the document: without "fp4bench/1" it is some other JSON
+ * (the layer and nccl reports have schemas of their own). */
+static fp4_status r_schema(jr *c, const cJSON *root)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "schema");
+    char what[96];
+    if (!it) return r_bad(c, "", "schema", "missing: not an fp4bench report");
+    if (!cJSON_IsString(it)) return r_bad(c, "", "schema", "expected a string: not an fp4bench report");
+    if (strcmp(it->valuestring, FP4_JSON_SCHEMA) == 0) return FP4_OK;
+    snprintf(what, sizeof what, "\"%.40s\"%s, expected \"%s\": not an fp4bench report",
+             fp4_utf8_valid(it->valuestring, strlen(it->valuestring)) ? it->valuestring : "?",
+             strlen(it->valuestring) > 40 ? "..." : "", FP4_JSON_SCHEMA);
+    return r_bad(c, "", "schema", what);
+}
+
+/* key, which every writer of reports puts at the top level: without it the
+ * defaults the reader would fill in (no GPU, default settings) would be
+ * taken for facts. */
+static fp4_status r_written_always(jr *c, const cJSON *root, const char *key)
+{
+    if (cJSON_GetObjectItemCaseSensitive(root, key)) return FP4_OK;
+    return r_bad(c, "", key, "missing: not an fp4bench report");
+}
+
+/* A \u0000 escape in any string of the (well-formed) text buf[0..len): cJSON
+ * would end the string there and the rest of a label would silently vanish. */
+static fp4_status check_no_nul_escape(jr *c, const char *buf, size_t len)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] == '"') {
+            in_string = !in_string;
+        } else if (in_string && buf[i] == '\\' && i + 1 < len) {
+            if (buf[i + 1] == 'u' && i + 5 < len && memcmp(buf + i + 2, "0000", 4) == 0)
+                return fp4_fail(c->err, FP4_ERR_FORMAT,
+                                "%s: a string holds \\u0000 (a NUL character) at byte %zu: no report field may",
+                                c->file, i);
+            i++; /* the escaped character: \" does not end the string */
+        }
+    }
+    return FP4_OK;
+}
+
 /* Parse the report text buf[0..len) (see fp4_report_parse_json). */
 static fp4_status parse_report(const char *buf, size_t len, const char *path, fp4_report *r,
                                fp4_err *err)
@@ -1056,6 +1136,7 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
         st = r_bad(&c, "", "(top level)", "expected an object");
         goto out;
     }
+    TRY(r_schema(&c, root));
     TRY(r_int(&c, root, "", "schema_version", 1, &version));
     if (version != FP4_JSON_SCHEMA_VERSION) {
         char what[96];
@@ -1073,6 +1154,8 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
     TRY(R_STR(&c, root, "", "host", 0, r->host));
     TRY(R_STR(&c, root, "", "command", 0, r->command));
     TRY(r_flag(&c, root, "", "interrupted", 0, &r->interrupted));
+    TRY(r_written_always(&c, root, "device"));
+    TRY(r_written_always(&c, root, "settings"));
     TRY(r_device(&c, root, "", &r->dev, &r->devx));
     TRY(r_ceilings(&c, root, "", &r->ceil));
     TRY(r_gpus(&c, root, r));
@@ -1097,6 +1180,7 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
         row.samples = NULL;
     }
     if (st == FP4_OK) st = check_trailing(&c, end, buf, len);
+    if (st == FP4_OK) st = check_no_nul_escape(&c, buf, len);
 out:
     if (st != FP4_OK) fp4_report_free(r);
     cJSON_Delete(root);
