@@ -14,6 +14,17 @@ grep -qE " slower$" "$TMP/out" && fail "identical CPU runs: a row is 'slower': $
 grep -q "0 regressions" "$TMP/out" || fail "identical CPU runs: $(tail -1 "$TMP/out")"
 checks=$((checks + 3))
 
+# a row of OLD that NEW lacks is a regression unless --allow-gone; files with
+# no row in common are no comparison (exit 3)
+echo "1 8 16 odd" >"$TMP/sub.spec"
+expect 0 "" -- "$FP4" run --backend cpu-ref --spec "$TMP/sub.spec" --quiet --json "$TMP/sub.json"
+expect 1 "" -- "$FP4" compare "$TMP/a.json" "$TMP/sub.json"
+grep -qE " gone$" "$TMP/out" || fail "rows missing from NEW are not 'gone': $(cat "$TMP/out")"
+expect 0 "" -- "$FP4" compare "$TMP/a.json" "$TMP/sub.json" --allow-gone
+expect 0 "" -- "$FP4" run --backend cpu-ref --shape 8x32x48 --quiet --json "$TMP/other.json"
+expect 3 "not runs of the same cases" -- "$FP4" compare "$TMP/sub.json" "$TMP/other.json"
+checks=$((checks + 1))
+
 # settings that differ: one warning line each, on stderr, the table on stdout
 quick=(--backend cpu-ref --shape 4x24x32 --quiet --warmup-ms 0)
 expect 0 "" -- "$FP4" run "${quick[@]}" --max-time 0.2 --json "$TMP/s1.json"

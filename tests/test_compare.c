@@ -115,7 +115,7 @@ static void test_matching(void)
 {
     fp4_report o, n;
     fp4_err err;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 0};
     char v[64];
     new_report(&o);
     new_report(&n);
@@ -149,6 +149,16 @@ static void test_matching(void)
         CHECK(strstr(text, "warning") == NULL); /* the rows part prints no warnings */
     }
     free(text);
+    /* the CLI's rule: each of the 4 gone rows is a regression */
+    opts.gone_is_regression = 1;
+    reg = fp4_report_compare_rows(NULL, &o, &n, &opts, &err);
+    CHECK_MSG(reg == 4, "regressions %d with gone rows counted, want 4", reg);
+    /* no row in common: not runs of the same cases, an error */
+    fp4_report_free(&o);
+    new_report(&o);
+    add(&o, timed_row("z", "x", 9, "cold", "graph", 100, 99, 101, 0.001));
+    reg = fp4_report_compare_rows(NULL, &o, &n, &opts, &err);
+    CHECK_MSG(reg == -1 && strstr(err.msg, "not runs of the same cases"), "%d %s", reg, err.msg);
     fp4_report_free(&o);
     fp4_report_free(&n);
 }
@@ -160,7 +170,7 @@ static void test_many_rows(void)
     enum { NROWS = 200000 };
     fp4_report o, n;
     fp4_err err;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 0};
     char label[32];
     new_report(&o);
     new_report(&n);
@@ -202,7 +212,7 @@ static void test_host_verdicts(void)
 {
     fp4_report o, n;
     fp4_err err;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 0};
     char v[64];
     new_report(&o);
     new_report(&n);
@@ -261,7 +271,7 @@ static void test_settings_warnings(void)
 {
     fp4_report o, n;
     fp4_err err;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 0};
     new_report(&o);
     new_report(&n);
     o.dev.present = n.dev.present = 1;

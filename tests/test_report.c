@@ -766,7 +766,7 @@ static void test_compare(void)
 {
     fp4_report o, n;
     fp4_err err;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 0};
     FILE *f;
     char *text;
     int reg;

@@ -59,7 +59,8 @@ fp4_status fp4_csv_write_header_moe(FILE *f, fp4_err *err);
  * than threshold and outside the combined noise), -1 on error. Before the
  * table, one warning line per setting the two runs differ in. */
 typedef struct fp4_compare_opts {
-    double threshold; /* default 0.05 */
+    double threshold;       /* default 0.05 */
+    int gone_is_regression; /* 1: a row of OLD that NEW lacks counts as a regression */
 } fp4_compare_opts;
 int fp4_report_compare(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
                        const fp4_compare_opts *opts, fp4_err *err);
@@ -69,6 +70,8 @@ int fp4_report_compare(FILE *f, const fp4_report *old_r, const fp4_report *new_r
  * driver, data, L2 mode, timing mode, noise target, time limits, ...),
  * returning how many differ; and the table without them. */
 int fp4_report_compare_settings(FILE *f, const fp4_report *old_r, const fp4_report *new_r);
+/* Two reports with rows of which none match (backend, label, shape, L2 mode)
+ * are not runs of the same cases: -1 with err saying so. */
 int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
                             const fp4_compare_opts *opts, fp4_err *err);
 

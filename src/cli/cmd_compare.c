@@ -8,11 +8,13 @@
 #include "fp4/report.h"
 
 static const char compare_usage[] =
-    "usage: fp4bench compare OLD.json NEW.json [--threshold F]\n"
+    "usage: fp4bench compare OLD.json NEW.json [--threshold F] [--allow-gone]\n"
     "\n"
     "Match rows by (backend, label, shape, L2 mode) and print new/old median ratios with a\n"
     "noise-aware verdict. Exit 1 when any row slowed down by more than the threshold\n"
-    "(default 0.05 = 5%) beyond its measured noise, or went from ok to FAILED/unsupported.\n"
+    "(default 0.05 = 5%) beyond its measured noise, went from ok to FAILED/unsupported,\n"
+    "or is gone: in OLD but not in NEW (--allow-gone: NEW may measure a subset).\n"
+    "Two files with no row in common are an error (exit 3): not runs of the same cases.\n"
     "\n"
     "Rows timed on the CPU (host timing) are judged against their noise and the spread of\n"
     "their samples, and are never regressions: a CPU's speed drifts between runs by more\n"
@@ -55,7 +57,7 @@ int cmd_compare(int argc, char **argv)
     cli_args a = {argc, argv, 1, "fp4bench compare"};
     const char *files[2] = {NULL, NULL}, *v;
     int nfiles = 0;
-    fp4_compare_opts opts = {0.05};
+    fp4_compare_opts opts = {0.05, 1};
     fp4_report old_r, new_r;
     fp4_err err;
     while (a.i < argc) {
@@ -65,6 +67,8 @@ int cmd_compare(int argc, char **argv)
         } else if (cli_value(&a, "--threshold", &v)) {
             opts.threshold = cli_double(&a, "--threshold", v);
             if (opts.threshold < 0) cli_usage_error(&a, "--threshold must be >= 0");
+        } else if (cli_flag(&a, "--allow-gone")) {
+            opts.gone_is_regression = 0;
         } else if (argv[a.i][0] == '-') {
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
         } else {

@@ -154,14 +154,18 @@ static int timed(const fp4_row *x)
 }
 
 /* The verdict of the file comment for one pair; fills ratio and regression. */
-static void judge(cmp_pair *p, double thr)
+static void judge(cmp_pair *p, double thr, int gone_is_regression)
 {
     const fp4_row *o = p->o, *n = p->n;
     double noise2;
     p->ratio = NAN;
     p->regression = 0;
     if (!o) { p->verdict = "new"; return; }
-    if (!n) { p->verdict = "gone"; return; }
+    if (!n) {
+        p->verdict = "gone";
+        p->regression = gone_is_regression != 0;
+        return;
+    }
     if (n->state == FP4_ROW_FAILED && o->state != FP4_ROW_FAILED) {
         p->verdict = "broken";
         p->regression = 1;
@@ -434,10 +438,21 @@ int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *
             p->o = &old_r->rows[j];
         }
     }
-    for (int j = 0; j < old_r->nrows; j++)
+    int matched = 0;
+    for (int j = 0; j < old_r->nrows; j++) {
         if (!used[j]) pairs[np++].o = &old_r->rows[j];
+        matched += used[j];
+    }
+    if (matched == 0 && old_r->nrows > 0 && new_r->nrows > 0) {
+        fp4_fail(err, FP4_ERR_INVALID_ARG,
+                 "no row of NEW (%d) matches a row of OLD (%d) by backend, label, shape and L2 "
+                 "mode: they are not runs of the same cases",
+                 new_r->nrows, old_r->nrows);
+        regressions = -1;
+        goto out;
+    }
     for (int i = 0; i < np; i++) {
-        judge(&pairs[i], thr);
+        judge(&pairs[i], thr, opts && opts->gone_is_regression);
         regressions += pairs[i].regression;
     }
 
