@@ -72,10 +72,8 @@ int cmd_report(int argc, char **argv)
             free(files);
             return 0;
         } else if (cli_value(&a, "--html", &v)) {
-            if (!v[0]) cli_usage_error(&a, "--html needs a file name");
             html = v;
         } else if (cli_value(&a, "--svg", &v)) {
-            if (!v[0]) cli_usage_error(&a, "--svg needs a folder");
             svg_dir = v;
         } else if (argv[a.i][0] == '-' && argv[a.i][1] != '\0') {
             cli_usage_error(&a, "unknown option '%s'", argv[a.i]);
@@ -86,6 +84,11 @@ int cmd_report(int argc, char **argv)
     if (nfiles == 0) cli_usage_error(&a, "expects at least one JSON result file");
     if (!html && !svg_dir)
         cli_usage_error(&a, "nothing to write: give --html FILE and/or --svg DIR");
+    struct stat out_st, in_st;
+    if (html && stat(html, &out_st) == 0) /* the page would replace the results it is made from */
+        for (int i = 0; i < nfiles; i++)
+            if (stat(files[i], &in_st) == 0 && in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
+                cli_usage_error(&a, "--html %s is the input file %s", html, files[i]);
 
     runs = calloc((size_t)nfiles, sizeof *runs);
     if (!runs) {
