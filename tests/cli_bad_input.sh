@@ -12,6 +12,9 @@ expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape=-4x2048x6144
 expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape 16x2048x-16
 expect 2 "--shape: '16x2048' is not MxNxK" -- "$FP4" run --shape 16x2048
 expect 2 "--shape: '16xabcx64' is not MxNxK" -- "$FP4" run --shape 16xabcx64
+expect 2 "--shape: ' 16x64x64' is not MxNxK" -- "$FP4" run --shape " 16x64x64"
+expect 2 "--shape: '\+16x64x64' is not MxNxK" -- "$FP4" run --shape +16x64x64
+expect 2 "--shape: '16x 64x64' is not MxNxK" -- "$FP4" run --shape "16x 64x64"
 expect 2 "--shape: trailing comma" -- "$FP4" run --shape 16x64x64,
 expect 2 "--shape: .*overflow" -- "$FP4" run --shape 4611686018427387904x16x16
 expect 2 "--shape: .*overflow" -- "$FP4" run --shape 3037000500x3037000500x16

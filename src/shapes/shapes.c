@@ -1,6 +1,7 @@
 /* Workloads: shape strings, presets (CONTEXT.md sections 1 and 6) and spec files. */
 #include "fp4/shapes.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,9 @@ void fp4_cases_free(fp4_case_list *l)
     memset(l, 0, sizeof *l);
 }
 
-/* Parse a signed decimal integer from [s, end); -1 on junk or overflow. */
+/* Parse a signed decimal integer from [s, end); -1 on junk or overflow (a
+ * sign '+' or a space, which strtoll would skip, is junk too: " 16x64x64" is
+ * no shape). */
 static int parse_int(const char *s, const char *end, int64_t *out)
 {
     char buf[32];
@@ -56,6 +59,7 @@ static int parse_int(const char *s, const char *end, int64_t *out)
     if (len == 0 || len >= sizeof buf) return -1;
     memcpy(buf, s, len);
     buf[len] = '\0';
+    if (!(isdigit((unsigned char)buf[0]) || (buf[0] == '-' && isdigit((unsigned char)buf[1])))) return -1;
     errno = 0;
     long long v = strtoll(buf, &stop, 10);
     if (*stop != '\0' || errno == ERANGE) return -1;
