@@ -647,11 +647,12 @@ static double call_bytes(const moe_case_ctx *cc, fp4_moe_wformat f)
  * experts' weights of the step, so memory caps them at a quarter of the
  * device per backend; MOE_MAX_COPIES), and at least 2 wherever that cap
  * allows: odd copies compute from the negated input, and only a second copy
- * shows a backend that ignores the copy index. Host backends: 2. Hot L2: 1
- * (one copy stays resident). */
+ * shows a backend that ignores the copy index. Host backends: 2, but the
+ * exact reference 1 (it is what the copies are checked against, and each copy
+ * is a whole CPU reference run). Hot L2: 1 (one copy stays resident). */
 static int copies_for(const fp4_moe_engine *m, const moe_case_ctx *cc, const fp4_moe_backend_ops *ops)
 {
-    if (!(ops->flags & FP4_BACKEND_GPU)) return 2;
+    if (!(ops->flags & FP4_BACKEND_GPU)) return ops->flags & FP4_BACKEND_REFERENCE ? 1 : 2;
     if (m->set.hot || !m->dev.present) return 1;
     const double touched = call_bytes(cc, ops->wformat);
     const double all = cc->c->dims.experts * expert_step_bytes(cc->c, ops->wformat);
