@@ -4,8 +4,9 @@ that `fp4bench compare` and `fp4bench report` read what bench() writes.
 Writing follows src/report/json.c: non-finite numbers are null, doubles the
 shortest text that reads back exactly (Python's repr), 64-bit seeds a number
 up to 2^53 - 1 and a decimal string above, strings valid UTF-8 and no longer
-than the C reader's fields, the file written to PATH.tmp, synced and renamed
-over PATH. Reading accepts what the C reader accepts and ignores unknown
+than the C reader's fields, the file written as the CLI writes files (a
+temporary beside it, synced and renamed over it; devices and FIFOs written
+straight into). Reading accepts what the C reader accepts and ignores unknown
 fields; null reads as NaN.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -224,16 +227,31 @@ class Report:
         }
 
     def write_json(self, path: str) -> None:
-        """The whole report to path, atomically (PATH.tmp, fsync, rename)."""
-        text = json.dumps(self.to_json(), indent=1, ensure_ascii=False, allow_nan=False)
-        tmp = f"{path}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
+        """The whole report to path as the CLI writes files (src/io/file.c): a
+        symlink is followed and kept; a device or FIFO is written straight
+        into (renaming would replace it); a regular or new file is written to
+        a fresh temporary beside it, synced and renamed over it, and only
+        that temporary is ever removed."""
+        text = json.dumps(self.to_json(), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        target = os.path.realpath(path)
+        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
-                f.write("\n")
+            return
+        folder, name = os.path.split(target)
+        mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target) else None
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            if mode is None:  # what a plain open would give: 0666 less the umask
+                mask = os.umask(0o022)
+                os.umask(mask)
+                mode = 0o666 & ~mask
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
         except BaseException:
             try:
                 os.remove(tmp)
@@ -320,6 +338,12 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
         raise FormatError(f"{name}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise FormatError(f"{name}: (top level): expected an object")
+    if doc.get("schema") != "fp4bench/1":  # the C reader's rule: other JSON is no report
+        raise FormatError(f"{name}: schema: expected 'fp4bench/1', got {doc.get('schema')!r}: "
+                          "not an fp4bench report")
+    for key in ("device", "settings"):  # every writer puts them; defaults would pass for facts
+        if not isinstance(doc.get(key), dict):
+            raise FormatError(f"{name}: {key}: missing: not an fp4bench report")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise FormatError(f"{name}: schema_version: expected {SCHEMA_VERSION}, "
                           f"got {doc.get('schema_version')!r}")

@@ -45,6 +45,40 @@ class JsonRoundTrip(unittest.TestCase):
     def tearDown(self) -> None:
         self.tmp.cleanup()
 
+    def test_written_like_the_cli(self) -> None:
+        """A symlink is followed and kept, a file's mode kept, a FIFO written
+        into, and no temporary left behind."""
+        import os
+        import stat
+        import threading
+        r = report([gpu_row("moe-up", 16, "fp4-sm90", 7.5)])
+        real = self.tmp / "real.json"  # a str path
+        with open(real, "w") as f:
+            f.write("old")
+        os.chmod(real, 0o640)
+        link = self.tmp / "link.json"
+        os.symlink("real.json", link)
+        r.write_json(link)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(stat.S_IMODE(os.stat(real).st_mode), 0o640)
+        self.assertEqual(rp.read_json(real).rows[0].backend, "fp4-sm90")
+        fifo = self.tmp / "fifo.json"
+        os.mkfifo(fifo)
+        got = []
+
+        def read_fifo() -> None:
+            with open(fifo, encoding="utf-8") as f:
+                got.append(f.read())
+
+        reader = threading.Thread(target=read_fifo)
+        reader.start()
+        r.write_json(fifo)
+        reader.join(10)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertIn('"fp4-sm90"', got[0] if got else "")
+        left = [n for n in os.listdir(self.tmp.path) if n.startswith(".")]
+        self.assertEqual(left, [])
+
     def test_package_round_trip(self) -> None:
         rows = [gpu_row("moe-up", 16, "fp4-sm90", 7.123456789012345),
                 gpu_row("attn-tp8 é", 64, "cublas-bf16", 12.5)]
@@ -107,11 +141,20 @@ class JsonRoundTrip(unittest.TestCase):
                          r.rows[1].time_us.median)
 
     def test_refuses_other_schemas(self) -> None:
+        head = '"schema": "fp4bench/1", "device": {}, "settings": {}'
         with self.assertRaises(rp.FormatError):
-            rp.parse_json('{"schema_version": 2, "rows": []}')
+            rp.parse_json('{%s, "schema_version": 2, "rows": []}' % head)
         with self.assertRaises(rp.FormatError):
-            rp.parse_json('{"schema_version": 1, "rows": [{"label": "x"}]}')
-        self.assertEqual(rp.parse_json('{"schema_version": 1, "rows": []}').rows, [])
+            rp.parse_json('{%s, "schema_version": 1, "rows": [{"label": "x"}]}' % head)
+        self.assertEqual(rp.parse_json('{%s, "schema_version": 1, "rows": []}' % head).rows, [])
+        # no schema, another one, or no device / settings: not a report
+        for doc in ('{"schema_version": 1, "rows": [], "device": {}, "settings": {}}',
+                    '{"schema": "fp4bench-layer/1", "schema_version": 1, "rows": [], '
+                    '"device": {}, "settings": {}}',
+                    '{"schema": "fp4bench/1", "schema_version": 1, "rows": [], "settings": {}}',
+                    '{"schema": "fp4bench/1", "schema_version": 1, "rows": [], "device": {}}'):
+            with self.assertRaises(rp.FormatError):
+                rp.parse_json(doc)
         self.assertEqual(Stats().count, 0)
 
 
