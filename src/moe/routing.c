@@ -102,7 +102,7 @@ static void permutation(uint64_t seed, int32_t *perm, int n)
  * One slot: sigmoid(logit) instead (a softmax of one logit is 1, under which a
  * combine that ignores the weights would verify; top-1 routers such as
  * Llama 4's score their expert by a sigmoid). */
-static void softmax(const double *logits, int k, float *w)
+static void slot_weights(const double *logits, int k, float *w)
 {
     if (k == 1) {
         w[0] = (float)(1.0 / (1.0 + exp(-logits[0])));
@@ -120,7 +120,7 @@ static void drawn_weights(uint64_t seed, int64_t t, int k, double *logits, float
     moe_rng r;
     rng_init(&r, seed, STREAM_WEIGHTS, (uint64_t)t);
     for (int j = 0; j < k; j++) logits[j] = rng_normal(&r);
-    softmax(logits, k, w);
+    slot_weights(logits, k, w);
 }
 
 const char *fp4_moe_route_mode_name(fp4_moe_route_mode m)
@@ -273,7 +273,7 @@ static void route_random(uint64_t seed, fp4_moe_routing *r, double *logits, doub
             chosen[j] = logits[best];
             logits[best] = -INFINITY; /* taken */
         }
-        softmax(chosen, k, r->weights + t * k);
+        slot_weights(chosen, k, r->weights + t * k);
     }
 }
 
