@@ -81,7 +81,7 @@ int cmd_report(int argc, char **argv)
             files[nfiles++] = argv[a.i++];
         }
     }
-    if (nfiles == 0) cli_usage_error(&a, "expects at least one JSON result file");
+    if (nfiles <= 0) cli_usage_error(&a, "expects at least one JSON result file");
     if (!html && !svg_dir)
         cli_usage_error(&a, "nothing to write: give --html FILE and/or --svg DIR");
     struct stat out_st, in_st;
