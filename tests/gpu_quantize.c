@@ -5,7 +5,8 @@
  *    back zero over 0xA5 garbage), global scale; static and dynamic scale;
  *    rows 1, 3, 129, 257 x cols 16, 48, 2880, blocks spanning E4M3 from
  *    subnormal to saturated, bf16 subnormal and huge blocks, zero blocks, -0
- *    and exact E2M1 ties; and more
+ *    and exact E2M1 ties; a given scale whose inverse is subnormal refused
+ *    by both; and more
  *    rows than one grid row of CTAs covers (the tile loop).
  * 2. Backends `quantize` (any GPU) and `w4a4-sm90` (sm_90; elsewhere open()
  *    must say "needs sm_90"), called directly on M = 1, 3, 17, 129 x N = 1, 8,
@@ -18,6 +19,7 @@
  *    prepare() with FP4_ERR_UNSUPPORTED and a byte count.
  * Exits 77 (skipped) without a CUDA GPU. */
 #include <cuda_runtime_api.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +35,15 @@
 
 /* ---- 1. the quantizer ------------------------------------------------------------ */
 
-/* x: host bf16 [rows, cols]; gs <= 0: dynamic. Returns 1 when identical. */
+static float amax_bf16(const uint16_t *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(fp4_bf16_to_float(x[i])));
+    return m;
+}
+
+/* x: host bf16 [rows, cols]; gs <= 0: dynamic. Returns 1 when identical, -1
+ * when both quantizers refuse the scale (checked here), 0 otherwise. */
 static int check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float gs, const char *what)
 {
     fp4_err err;
@@ -47,7 +57,24 @@ static int check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float 
     memset(&ref, 0, sizeof ref);
     CHECK(ref_sf && got_c && got_sf);
     if (!ref_sf || !got_c || !got_sf) goto out;
-    CHECK(fp4_quantize_bf16(x, rows, cols, gs, &ref, &err) == FP4_OK);
+    if (fp4_quantize_bf16(x, rows, cols, gs, &ref, &err) != FP4_OK) {
+        /* refused by the reference: only where 1 / gs is no normal float. A
+         * given gs must be refused on the GPU too; a dynamic one (found on the
+         * device) is documented as unchecked there. */
+        if (gs > 0.0f) {
+            CHECK_MSG(1.0f / gs < FLT_MIN, "%s: the reference refused gs=%g: %s", what,
+                      (double)gs, fp4_err_text(&err));
+            CHECK_MSG(fp4_gpu_quantize_bf16(x, rows, cols, gs, got_c, got_sf, NULL, NULL, 0,
+                                            &err) == FP4_ERR_INVALID_ARG,
+                      "%s: the GPU quantizer took gs=%g", what, (double)gs);
+        } else {
+            CHECK_MSG(amax_bf16(x, (size_t)rows * (size_t)cols) < 3.2e-35f,
+                      "%s %lldx%lld: the reference refused: %s", what, (long long)rows,
+                      (long long)cols, fp4_err_text(&err));
+        }
+        ok = -1;
+        goto out;
+    }
     CHECK(fp4_swizzle_scales(ref.scales, rows, cols, ref_sf, &err) == FP4_OK);
     if (cudaMalloc(&dx, nx) != cudaSuccess || cudaMalloc(&dc, nc) != cudaSuccess ||
         cudaMalloc(&dsf, ns) != cudaSuccess || cudaMalloc(&dgs, 4) != cudaSuccess ||
@@ -122,7 +149,9 @@ static void test_quantizer(void)
             check_quantizer(x, rows[i], cols[j], 2688.0f / 3.7f, "static");
             check_quantizer(x, rows[i], cols[j], 1.0f, "static gs=1");
             /* 1 / (sf / gs) = +Inf for the subnormal blocks: x * inv is NaN for x = 0 */
-            check_quantizer(x, rows[i], cols[j], 0x1p127f, "static gs=2^127");
+            check_quantizer(x, rows[i], cols[j], 0x1p126f, "static gs=2^126");
+            /* 1 / gs = 2^-127 is subnormal: refused by both */
+            CHECK(check_quantizer(x, rows[i], cols[j], 0x1p127f, "static gs=2^127") == -1);
             free(x);
         }
     /* every E2M1 boundary exactly (gs = 1, block max 6: sf = 1, inv = 1) */

@@ -42,6 +42,8 @@
  * DRAM 73%, stalls mostly on the loads (latency: 4 CTAs a SM at 64 registers
  * limit the bytes in flight). The dynamic path
  * adds the amax pass (134 MB read, ~31 us). */
+#include <float.h>
+#include <math.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -333,6 +335,12 @@ extern "C" fp4_status fp4_gpu_quantize_bf16(const uint16_t *x, int64_t rows, int
     if (st != FP4_OK) return st;
     if (!x || !codes || !sf || (!(encode_scale > 0.0f) && !amax_ws))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "gpu quantize: NULL buffer");
+    /* the same rule as the CPU quantizer: the stored global scale 1 / gs must
+     * be a normal float (a dynamic gs is found on the device and not checked) */
+    if (encode_scale > 0.0f && !(isfinite(encode_scale) && 1.0f / encode_scale >= FLT_MIN))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "gpu quantize: encode scale %g leaves no normal fp32 global scale (1 / %g)",
+                        (double)encode_scale, (double)encode_scale);
     if (((uintptr_t)x & 15) || ((uintptr_t)codes & 7))
         return fp4_fail(err, FP4_ERR_UNSUPPORTED,
                         "gpu quantize: x must be 16-byte and codes 8-byte aligned");

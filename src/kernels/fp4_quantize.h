@@ -5,7 +5,9 @@
  * float operations in the same order, with __fdiv_rn / __fmul_rn).
  *
  * Unlike the CPU quantizer it does not check for Inf / NaN (a NaN makes amax
- * NaN, and the output is then meaningless): it runs at inference speed. */
+ * NaN, and the output is then meaningless), nor a dynamic scale's amax (below
+ * 3.2e-35 the global scale 1 / gs is subnormal or zero, where the CPU
+ * quantizer refuses): it runs at inference speed, with no host sync. */
 #ifndef FP4_QUANTIZE_H
 #define FP4_QUANTIZE_H
 
@@ -29,7 +31,8 @@ extern "C" {
  * amax_ws:      device 4-byte scratch, needed when encode_scale <= 0 (the
  *               largest |x| as float bits is left there)
  * Asynchronous on stream, no allocation: capturable in a CUDA graph.
- * Checks: rows >= 1, cols >= 16, cols % 16 == 0, alignment, non-NULL. */
+ * Checks: rows >= 1, cols >= 16, cols % 16 == 0, alignment, non-NULL, and a
+ * given encode_scale whose inverse is a normal float (as the CPU quantizer). */
 fp4_status fp4_gpu_quantize_bf16(const uint16_t *x, int64_t rows, int64_t cols,
                                  float encode_scale, uint8_t *codes, uint8_t *sf,
                                  float *global_scale, unsigned *amax_ws, cudaStream_t stream,
