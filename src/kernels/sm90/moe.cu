@@ -124,7 +124,7 @@ typedef struct moe_smem {
     const char *arow[MOE_TOK]; /* W4A16: that row's address */
     int drow[MOE_TOK];       /* its pair (output row) */
     moe_walk walk;           /* warp 0's place in the unit list, kept across units */
-    int unit[6];        /* expert, chunk, row block, split, global chunk, tokens */
+    int unit[7];        /* expert, chunk, row block, split, global chunk, tokens, first row */
     int cfg[2];         /* K splits, k-steps per split */
     long long units;
     int last;
@@ -190,25 +190,39 @@ static __device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t c)
 /* ---- work units ----------------------------------------------------------------------- */
 
 /* K splits for the grid: the count minimising waves x (k-steps per split + a
- * unit's start-up), among splits of whole stages. */
-static __device__ void moe_choose_splits(const moe_params &p, int chunks, int grid, int *S_out,
-                                         int *kper_out)
+ * unit's start-up), among splits of whole stages; ties go to fewer splits.
+ * Warp 0, every lane alike on return: lane l weighs splits l + 1 and l + 33
+ * (MOE_MAX_SPLITS <= 64), then a warp minimum of (cost, splits), so the
+ * choice costs one lane's arithmetic, not a loop of 64-bit divisions that
+ * every block's other warps would wait for at the kernel's start. */
+static __device__ void moe_choose_splits(const moe_params &p, int chunks, int grid, int lane,
+                                         int *S_out, int *kper_out)
 {
+    static_assert(MOE_MAX_SPLITS <= 64, "two candidate split counts a lane");
     const long long u1 = (long long)chunks * p.RB;
-    int best_s = 1, best_kper = (p.KS + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
-    long long best_cost = (u1 + grid - 1) / grid * (long long)(p.KS + MOE_SPLIT_OVERHEAD_KS);
-    for (int s = 2; s <= p.max_splits; s++) {
-        const int kper = ((p.KS + s - 1) / s + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
-        if ((p.KS + kper - 1) / kper != s) continue; /* every split non-empty */
-        const long long cost = (u1 * s + grid - 1) / grid * (long long)(kper + MOE_SPLIT_OVERHEAD_KS);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best_s = s;
-            best_kper = kper;
+    unsigned long long best = ~0ull;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int s = lane + 1 + 32 * h;
+        if (s > p.max_splits && s > 1) continue;
+        int kper = ((p.KS + s - 1) / s + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
+        /* one split streams all K (not rounded to stages) */
+        long long cost = (u1 + grid - 1) / grid * (long long)(p.KS + MOE_SPLIT_OVERHEAD_KS);
+        if (s > 1) {
+            if ((p.KS + kper - 1) / kper != s) continue; /* every split non-empty */
+            cost = (u1 * s + grid - 1) / grid * (long long)(kper + MOE_SPLIT_OVERHEAD_KS);
         }
+        const unsigned long long key = ((unsigned long long)cost << 7) | (unsigned)s;
+        best = key < best ? key : best;
     }
-    *S_out = best_s;
-    *kper_out = best_kper;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, d);
+        best = o < best ? o : best;
+    }
+    const int s = (int)(best & 127u);
+    *S_out = s;
+    *kper_out = ((p.KS + s - 1) / s + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
 }
 
 /* ---- activation stages --------------------------------------------------------------- */
@@ -369,12 +383,25 @@ static __device__ __forceinline__ void moe_kstep(const uint4 (&wq)[MOE_RING][MOE
     }
 }
 
+/* Warp 0: the chunk's token rows (grouped rows r0 .. r0 + ntok - 1): each
+ * one's pair (its output row) and activation row. Tokens past the chunk's:
+ * row 0, copied as zeros and never stored. */
+static __device__ __forceinline__ void moe_token_rows(const moe_params &p, moe_smem &sm, int r0,
+                                                      int ntok, int lane)
+{
+    const int pair = lane < ntok ? p.pair_index[r0 + lane] : 0;
+    sm.drow[lane] = pair;
+    sm.aoff[lane] = (long long)(p.a_per_pair ? pair : pair / p.top_k) * p.K;
+    sm.arow[lane] = (const char *)(p.a_bf16 + sm.aoff[lane]);
+}
+
 /* The block's sums of one unit (NT token tiles, k-steps [ksA, ksB) of the warp's
  * tiles) into st.u.tile[token][row]: the weight ring, the staged tokens, the
  * loop. Ends with the tile written and the block synchronised. */
 template <int NT>
-static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const moe_smem &sm,
-                                                     moe_stage &st, int ksA, int ksB, int ntok,
+static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, moe_smem &sm,
+                                                     moe_stage &st, int ksA, int ksB, int r0,
+                                                     int ntok,
                                                      const uint4 *const (&cb)[MOE_RT],
                                                      const uint32_t *const (&sb)[MOE_RT],
                                                      int tid, unsigned &g0)
@@ -390,7 +417,8 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][n][q] = 0.0f;
 
-    /* the weight ring first (its loads take longest), then the first stages.
+    /* the weight ring first (its loads take longest), then the token rows,
+     * then the first stages.
      * Stage i of the unit is global stage g0 + i: buffer (g0 + i) % MOE_NB,
      * its barriers' phase (g0 + i) / MOE_NB. The buffers' earlier users (the
      * previous unit's stages) are done: the unit starts after a barrier. */
@@ -398,6 +426,9 @@ static __device__ __forceinline__ void moe_unit_sums(const moe_params &p, const 
     uint32_t wsr[2][MOE_RT], sodd[MOE_RT];
 #pragma unroll
     for (int s = 0; s < MOE_RING - 1; s++) moe_load(wq, wsr, s, cb, sb, ksA + s, ksB);
+    /* the chunk's token rows, read while the weights are on their way */
+    if (warp == 0) moe_token_rows(p, sm, r0, ntok, lane);
+    __syncthreads();
     const int NS = (ksB - ksA + KC - 1) / KC;
 #pragma unroll
     for (int j = 0; j < MOE_NB - 1; j++) {
@@ -518,7 +549,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
     if (warp == 0) {
         const int chunks = moe_total_chunks(p.off, p.E, MOE_TOK, 0, p.tok_hi, lane);
         int S, kper;
-        moe_choose_splits(p, chunks, (int)gridDim.x, &S, &kper);
+        moe_choose_splits(p, chunks, (int)gridDim.x, lane, &S, &kper);
         if (lane == 0) {
             sm.cfg[0] = S;
             sm.cfg[1] = kper;
@@ -531,28 +562,24 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
     unsigned gstage = 0; /* stages so far: the buffers' barrier phases */
 
     for (long long u = blockIdx.x; u < units; u += gridDim.x) {
+        /* warp 0 finds the unit; its token rows are read once the weight
+         * loads are issued (moe_unit_sums) */
         if (warp == 0) {
             int un[5];
             moe_walk walk = sm.walk;
             moe_find_unit(p.off, p.E, p.RB, S, MOE_TOK, 0, p.tok_hi, u, &walk, lane, un);
             const int r0 = p.off[un[0]] + un[1] * MOE_TOK;
             const int ntok = min(MOE_TOK, p.off[un[0] + 1] - r0);
-            /* tokens past the chunk's: row 0 (copied as zeros, never stored) */
-            const int pair = lane < ntok ? p.pair_index[r0 + lane] : 0;
-            sm.drow[lane] = pair;
-            sm.aoff[lane] = (long long)(p.a_per_pair ? pair : pair / p.top_k) * p.K;
-            sm.arow[lane] = (const char *)(p.a_bf16 + sm.aoff[lane]);
-            __syncwarp();
-            if (lane == 0) sm.walk = walk;
             if (lane == 0) {
+                sm.walk = walk;
                 for (int q = 0; q < 5; q++) sm.unit[q] = un[q];
                 sm.unit[5] = ntok;
+                sm.unit[6] = r0;
             }
         }
         __syncthreads();
         const int e = sm.unit[0], rb = sm.unit[2], split = sm.unit[3], cg = sm.unit[4];
-        const int ntok = sm.unit[5], nt = (ntok + 7) >> 3;
-        const int r0 = p.off[e] + sm.unit[1] * MOE_TOK;
+        const int ntok = sm.unit[5], nt = (ntok + 7) >> 3, r0 = sm.unit[6];
         const int ksA = split * kper, ksB = min(p.KS, ksA + kper);
         /* the warp's tiles' streams; a tile past the last one re-reads the last
          * (its rows are never stored), so the loop needs no predicates */
@@ -567,10 +594,10 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         }
 
         switch (nt) {
-        case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
-        case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
-        case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
-        default: moe_unit_sums<4>(p, sm, st, ksA, ksB, ntok, cb, sb, tid, gstage); break;
+        case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
+        case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
+        case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
+        default: moe_unit_sums<4>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
         }
 
         /* the 2^8 of the weights' dequantization */
