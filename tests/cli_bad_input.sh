@@ -20,6 +20,14 @@ expect 2 "--shape: .*overflow" -- "$FP4" run --shape 4611686018427387904x16x16
 expect 2 "--shape: .*overflow" -- "$FP4" run --shape 3037000500x3037000500x16
 expect 2 "--shape: .*K above 2\^20" -- "$FP4" run --shape 1x1x2097152
 expect 2 "--backend: unknown backend 'nope'" -- "$FP4" run --backend nope
+# an option given twice would silently lose its first value; those that add to
+# a list (run's --shape, moe's --step) may repeat
+expect 2 "--max-time given twice: it takes one value" -- "$FP4" run --max-time 1 --max-time=2
+expect 2 "--backend given twice" -- "$FP4" run --backend cpu-ref --backend cpu-ref
+expect 2 "--tokens given twice" -- "$FP4" moe --model glm5 --tokens 1 --tokens 2
+expect 2 "--threshold given twice" -- "$FP4" compare --threshold 1 --threshold 2 a b
+expect 2 "--out given twice" -- "$FP4" quantize --out a --out b
+expect 0 "custom +16 +16 +32" -- "$FP4" run --shape 16x16x16 --shape=16x16x32 --backend cpu-ref --verify-only --quiet
 expect 2 "--preset: unknown preset 'nope'" -- "$FP4" run --preset nope
 expect 2 "--seed: 'abc' is not an integer" -- "$FP4" run --seed abc
 expect 2 "--data: unknown kind 'zeros'" -- "$FP4" run --data zeros

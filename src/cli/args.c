@@ -9,18 +9,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* 1 when the space-separated list names `name` */
+static int list_names(const char *list, const char *name)
+{
+    const size_t len = strlen(name);
+    for (const char *p = list; p && (p = strstr(p, name)) != NULL; p += len)
+        if ((p == list || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\0')) return 1;
+    return 0;
+}
+
+static void note_seen(cli_args *a, const char *name)
+{
+    if (list_names(a->repeatable, name)) return;
+    for (int k = 0; k < a->nseen; k++)
+        if (strcmp(a->seen[k], name) == 0)
+            cli_usage_error(a, "%s given twice: it takes one value (a list is one value, a,b,c)",
+                            name);
+    if (a->nseen < CLI_MAX_SEEN) a->seen[a->nseen++] = name;
+}
+
 int cli_value(cli_args *a, const char *name, const char **val)
 {
     const char *arg = a->argv[a->i];
     size_t len = strlen(name);
     if (strncmp(arg, name, len) != 0) return 0;
+    if (arg[len] != '=' && arg[len] != '\0') return 0;
+    note_seen(a, name);
     if (arg[len] == '=') {
         *val = arg + len + 1;
         a->i++;
         if (!**val) cli_usage_error(a, "%s needs a value, not an empty one", name);
         return 1;
     }
-    if (arg[len] != '\0') return 0;
     if (a->i + 1 >= a->argc) cli_usage_error(a, "%s needs a value", name);
     *val = a->argv[a->i + 1];
     a->i += 2;

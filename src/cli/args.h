@@ -17,16 +17,24 @@
 #define EXIT_RUNTIME 3
 #define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports it */
 
+#define CLI_MAX_SEEN 64
+
 /* Argument cursor: handles "--flag value" and "--flag=value". */
 typedef struct cli_args {
     int argc;
     char **argv;
     int i;
-    const char *cmd; /* for messages: "fp4bench run" */
+    const char *cmd;        /* for messages: "fp4bench run" */
+    const char *repeatable; /* options that add to a list when repeated,
+                               space-separated ("--shape --plugin"); NULL: none */
+    const char *seen[CLI_MAX_SEEN]; /* the value options met so far */
+    int nseen;
 } cli_args;
 
 /* If argv[i] is flag `name` taking a value, store it in *val, advance and
- * return 1; a missing or empty value is a usage error (exits 2). */
+ * return 1; a missing or empty value is a usage error (exits 2), and so is
+ * an option given twice unless a->repeatable names it (a second value would
+ * silently replace the first). */
 int cli_value(cli_args *a, const char *name, const char **val);
 /* If argv[i] is the boolean flag `name`, advance and return 1. */
 int cli_flag(cli_args *a, const char *name);

@@ -54,7 +54,7 @@ static void print_settings_warnings(const char *cmd, const fp4_report *o, const 
 
 int cmd_compare(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench compare"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench compare"};
     const char *files[2] = {NULL, NULL}, *v;
     int nfiles = 0;
     fp4_compare_opts opts = {0.05, 1};

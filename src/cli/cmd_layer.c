@@ -236,7 +236,7 @@ static void unsupported_rows(const cli_args *a, const layer_args *l, fp4_layer_r
 
 int cmd_layer(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench layer"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench layer"};
     layer_args l;
     fp4_layer_report report;
     fp4_layer_inputs *inputs = NULL;

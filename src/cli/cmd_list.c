@@ -56,7 +56,8 @@ static int list_preset(const cli_args *a, const char *name)
 
 int cmd_list(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench list"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench list",
+                  .repeatable = "--plugin"};
     fp4_settings set;
     fp4_report report;
     fp4_engine *engine;

@@ -266,7 +266,8 @@ static void print_table(FILE *f, const fp4_report *r, int verbose)
 
 int cmd_moe(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench moe"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench moe",
+                  .repeatable = "--step --mode"};
     fp4_settings set;
     fp4_err err;
     fp4_report report;
@@ -343,7 +344,6 @@ int cmd_moe(int argc, char **argv)
                 (set.data != FP4_DATA_GAUSSIAN && set.data != FP4_DATA_CODES))
                 cli_usage_error(&a, "--data: '%s' (gaussian, codes)", v);
         } else if (cli_value(&a, "--backend", &v)) {
-            if (backend_arg) cli_usage_error(&a, "--backend given twice: list them in one, a,b,c");
             backend_arg = v;
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);

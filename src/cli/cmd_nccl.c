@@ -201,7 +201,7 @@ static void print_header(FILE *out, const fp4_nccl_info *in)
 
 int cmd_nccl(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench nccl"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench nccl"};
     nccl_args n;
     fp4_coll_report report;
     fp4_nccl_comms *comms = NULL;

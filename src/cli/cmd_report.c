@@ -54,7 +54,7 @@ static void free_runs(fp4_report_run *runs, int n)
 
 int cmd_report(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench report"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench report"};
     const char *html = NULL, *svg_dir = NULL, *v;
     const char **files = NULL;
     fp4_report_run *runs = NULL;

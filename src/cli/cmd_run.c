@@ -198,7 +198,8 @@ static void add_backends(const cli_args *a, const char *names, const fp4_backend
 
 int cmd_run(int argc, char **argv, int default_suite)
 {
-    cli_args a = {argc, argv, 1, "fp4bench run"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench run",
+                  .repeatable = "--shape --preset --spec --plugin"};
     fp4_settings set;
     fp4_case_list cases = {0};
     const fp4_backend_ops *backends[MAX_BACKENDS];
@@ -232,7 +233,6 @@ int cmd_run(int argc, char **argv, int default_suite)
         } else if (cli_value(&a, "--spec", &v)) {
             if (fp4_cases_from_spec(&cases, v, &err) != FP4_OK) cli_die(a.cmd, &err);
         } else if (cli_value(&a, "--backend", &v)) {
-            if (backend_arg) cli_usage_error(&a, "--backend given twice: list them in one, a,b,c");
             backend_arg = v; /* resolved once every --plugin is loaded */
         } else if (cli_value(&a, "--plugin", &v)) {
             const fp4_backend_ops *ops;
@@ -258,7 +258,6 @@ int cmd_run(int argc, char **argv, int default_suite)
         } else if (cli_flag(&a, "--no-ceilings")) {
             no_ceilings = 1;
         } else if (cli_value(&a, "--gpus", &v)) {
-            if (gpus_arg) cli_usage_error(&a, "--gpus given twice: list them in one, 0,1,2");
             gpus_arg = v;
         } else if (cli_flag(&a, "--quiet")) {
             quiet = 1;

@@ -71,7 +71,7 @@ static float positive_float(const cli_args *a, const char *flag, const char *s)
 
 int cmd_quantize(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench quantize"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench quantize"};
     const char *in = NULL, *out = NULL, *v;
     float encode_scale = 0, input_scale = -1;
     float *x = NULL, *dq = NULL;
@@ -203,7 +203,8 @@ static float *reference_of(const cli_args *a, const fp4_matrix *ma, const fp4_ma
 
 int cmd_gemm(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench gemm"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench gemm",
+                  .repeatable = "--plugin"};
     operand oa = {NULL, NULL, "--a", ""}, ob = {NULL, NULL, "--b", ""};
     const char *out = NULL, *name = NULL, *v;
     const fp4_backend_ops *plugins[GEMM_MAX_PLUGINS];
@@ -307,7 +308,7 @@ int cmd_gemm(int argc, char **argv)
 
 int cmd_check(int argc, char **argv)
 {
-    cli_args a = {argc, argv, 1, "fp4bench check"};
+    cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench check"};
     operand oa = {NULL, NULL, "--a", ""}, ob = {NULL, NULL, "--b", ""};
     const char *pd = NULL, *v;
     double tol_max = 0.01, tol_norm = 0.005;
