@@ -307,7 +307,12 @@ int main(void)
     }
     test_faults_and_pairs();
     const double m64 = spin_median(64), m256 = spin_median(256);
-    CHECK_MSG(fabs(m64 / m256 - 1.0) <= 0.01, "batch 64: %.4f us, batch 256: %.4f us (%.2f%%)", m64,
-              m256, 100.0 * (m64 / m256 - 1.0));
+    /* A per-replay cost left in the time makes the short batch slower: that
+     * side is held to 1%. The long batch may be a little slower per call (an
+     * H100 gave 1.6-1.9% at 512 graph nodes against 128, every run, with the
+     * GPU to itself), so that side is only held to 3%. */
+    CHECK_MSG(m64 / m256 - 1.0 <= 0.01 && m64 / m256 - 1.0 >= -0.03,
+              "batch 64: %.4f us, batch 256: %.4f us (%.2f%%)", m64, m256,
+              100.0 * (m64 / m256 - 1.0));
     return check_finish("gpu_engine");
 }
