@@ -57,25 +57,6 @@ static int check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float 
     memset(&ref, 0, sizeof ref);
     CHECK(ref_sf && got_c && got_sf);
     if (!ref_sf || !got_c || !got_sf) goto out;
-    if (fp4_quantize_bf16(x, rows, cols, gs, &ref, &err) != FP4_OK) {
-        /* refused by the reference: only where 1 / gs is no normal float. A
-         * given gs must be refused on the GPU too; a dynamic one (found on the
-         * device) is documented as unchecked there. */
-        if (gs > 0.0f) {
-            CHECK_MSG(1.0f / gs < FLT_MIN, "%s: the reference refused gs=%g: %s", what,
-                      (double)gs, fp4_err_text(&err));
-            CHECK_MSG(fp4_gpu_quantize_bf16(x, rows, cols, gs, got_c, got_sf, NULL, NULL, 0,
-                                            &err) == FP4_ERR_INVALID_ARG,
-                      "%s: the GPU quantizer took gs=%g", what, (double)gs);
-        } else {
-            CHECK_MSG(amax_bf16(x, (size_t)rows * (size_t)cols) < 3.2e-35f,
-                      "%s %lldx%lld: the reference refused: %s", what, (long long)rows,
-                      (long long)cols, fp4_err_text(&err));
-        }
-        ok = -1;
-        goto out;
-    }
-    CHECK(fp4_swizzle_scales(ref.scales, rows, cols, ref_sf, &err) == FP4_OK);
     if (cudaMalloc(&dx, nx) != cudaSuccess || cudaMalloc(&dc, nc) != cudaSuccess ||
         cudaMalloc(&dsf, ns) != cudaSuccess || cudaMalloc(&dgs, 4) != cudaSuccess ||
         cudaMalloc(&damax, 4) != cudaSuccess) {
@@ -83,6 +64,28 @@ static int check_quantizer(const uint16_t *x, int64_t rows, int64_t cols, float 
         goto out;
     }
     CHECK(cudaMemcpy(dx, x, nx, cudaMemcpyHostToDevice) == cudaSuccess);
+    if (fp4_quantize_bf16(x, rows, cols, gs, &ref, &err) != FP4_OK) {
+        /* refused by the reference: only where 1 / gs is no normal float. A
+         * given gs must be refused on the GPU too; a dynamic one (found on the
+         * device) is documented as unchecked there. */
+        if (gs > 0.0f) {
+            CHECK_MSG(1.0f / gs < FLT_MIN, "%s: the reference refused gs=%g: %s", what,
+                      (double)gs, fp4_err_text(&err));
+            CHECK_MSG(fp4_gpu_quantize_bf16(dx, rows, cols, gs, dc, dsf, NULL, NULL, 0, &err) ==
+                          FP4_ERR_INVALID_ARG,
+                      "%s: the GPU quantizer took gs=%g", what, (double)gs);
+        } else {
+            /* the reference's own rule (nvfp4.c): 2688 / amax finite, its
+             * inverse a normal float */
+            const float dyn = 2688.0f / amax_bf16(x, (size_t)rows * (size_t)cols);
+            CHECK_MSG(!isfinite(dyn) || !(1.0f / dyn >= FLT_MIN),
+                      "%s %lldx%lld: the reference refused: %s", what, (long long)rows,
+                      (long long)cols, fp4_err_text(&err));
+        }
+        ok = -1;
+        goto out;
+    }
+    CHECK(fp4_swizzle_scales(ref.scales, rows, cols, ref_sf, &err) == FP4_OK);
     CHECK(cudaMemset(dc, 0xA5, nc) == cudaSuccess); /* a forgotten byte shows up */
     CHECK(cudaMemset(dsf, 0xA5, ns) == cudaSuccess);
     fp4_status st = fp4_gpu_quantize_bf16(dx, rows, cols, gs, dc, dsf, dgs, damax, 0, &err);

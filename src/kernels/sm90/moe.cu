@@ -570,6 +570,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
             moe_find_unit(p.off, p.E, p.RB, S, MOE_TOK, 0, p.tok_hi, u, &walk, lane, un);
             const int r0 = p.off[un[0]] + un[1] * MOE_TOK;
             const int ntok = min(MOE_TOK, p.off[un[0] + 1] - r0);
+            __syncwarp(); /* every lane has read sm.walk before lane 0 writes it */
             if (lane == 0) {
                 sm.walk = walk;
                 for (int q = 0; q < 5; q++) sm.unit[q] = un[q];

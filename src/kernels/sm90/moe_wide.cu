@@ -379,6 +379,7 @@ __global__ void __launch_bounds__(MW_THREADS, 1) fp4_sm90_moe_wide_kernel(const 
                 drow[i] = pair;
                 arow[i] = (const char *)p.a + (size_t)(p.a_per_pair ? pair : pair / p.top_k) * arow_bytes;
             }
+            __syncwarp(); /* every lane has read walk before lane 0 writes it */
             if (lane == 0) {
                 walk = w;
                 unit[0] = e;
