@@ -17,6 +17,9 @@
 #define EXIT_RUNTIME 3
 #define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports it */
 
+/* Value options a command line can name once each: a name is kept only the
+ * first time (a second use is an error), so this bounds the distinct value
+ * options of one command (about 30 at most today), not the arguments. */
 #define CLI_MAX_SEEN 64
 
 /* Argument cursor: handles "--flag value" and "--flag=value". */
