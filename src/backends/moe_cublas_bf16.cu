@@ -157,6 +157,8 @@ static fp4_status weights_ensure(bf16_inst *inst, bf16_weights *bw, const fp4_ma
         bw->w[bw->copies++] = dst;
         FP4_CUDA_TRY(err, cudaMemcpy(dst, bw->w[0], bytes, cudaMemcpyDeviceToDevice));
     }
+    /* the copies run on the legacy stream, the timed calls on a non-blocking one */
+    FP4_CUDA_TRY(err, cudaDeviceSynchronize());
     return FP4_OK;
 }
 

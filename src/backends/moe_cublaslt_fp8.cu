@@ -168,6 +168,8 @@ static fp4_status weights_ensure(fp8_inst *inst, fp8_weights *fw, const fp4_matr
         fw->w[fw->copies++] = dst;
         FP4_CUDA_TRY(err, cudaMemcpy(dst, fw->w[0], bytes, cudaMemcpyDeviceToDevice));
     }
+    /* the copies run on the legacy stream, the timed calls on a non-blocking one */
+    FP4_CUDA_TRY(err, cudaDeviceSynchronize());
     return FP4_OK;
 }
 

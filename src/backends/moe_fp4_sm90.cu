@@ -149,6 +149,8 @@ static fp4_status weights_ensure(sm90_inst *inst, sm90_weights *sw, const fp4_ma
         FP4_CUDA_TRY(err, cudaMemcpy(sw->global[c], sw->global[0], (size_t)experts * sizeof(float),
                                      cudaMemcpyDeviceToDevice));
     }
+    /* the copies run on the legacy stream, the timed calls on a non-blocking one */
+    FP4_CUDA_TRY(err, cudaDeviceSynchronize());
     return FP4_OK;
 }
 

@@ -191,6 +191,8 @@ static fp4_status pack_ensure(loop_inst *inst, loop_weights *lw, const fp4_matri
         FP4_CUDA_TRY(err, cudaMemcpy(pk->codes, first->codes, cb, cudaMemcpyDeviceToDevice));
         FP4_CUDA_TRY(err, cudaMemcpy(pk->scales, first->scales, sb, cudaMemcpyDeviceToDevice));
     }
+    /* the copies run on the legacy stream, the timed calls on a non-blocking one */
+    FP4_CUDA_TRY(err, cudaDeviceSynchronize());
     return FP4_OK;
 }
 

@@ -41,6 +41,10 @@ extern "C" fp4_status fp4_gpu_upload(void **dptr, const void *host, size_t bytes
     fp4_status st = fp4_gpu_alloc(dptr, bytes, what, err);
     if (st != FP4_OK) return st;
     cudaError_t e = cudaMemcpy(*dptr, host, bytes, cudaMemcpyHostToDevice);
+    /* from pageable memory cudaMemcpy may return before its DMA lands, and
+     * the kernels that read the buffer run on non-blocking streams, which do
+     * not wait for the legacy stream: wait for it here */
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         /* the upload's error is the one to report; a failed free after it
          * would only repeat a broken context */

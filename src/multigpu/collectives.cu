@@ -233,7 +233,11 @@ static fp4_status plant_fault(const coll_job *j, nccl_rank *r, void *recv, fp4_e
     unsigned char b = 0;
     NCCL_RANK_CUDA(err, st, r, cudaMemcpy(&b, (char *)recv + at, 1, cudaMemcpyDeviceToHost), out);
     b ^= 0x40;
-    NCCL_RANK_CUDA(err, st, r, cudaMemcpy((char *)recv + at, &b, 1, cudaMemcpyHostToDevice), out);
+    /* on the rank's stream, waited for: a plain cudaMemcpy from pageable memory
+     * may return before its DMA lands, unordered with the (non-blocking) stream
+     * on which the check then reads recv */
+    NCCL_RANK_CUDA(err, st, r, cudaMemcpyAsync((char *)recv + at, &b, 1, cudaMemcpyHostToDevice, r->stream), out);
+    NCCL_RANK_CUDA(err, st, r, cudaStreamSynchronize(r->stream), out);
 out:
     return st;
 }

@@ -189,7 +189,12 @@ out:
 fp4_status layer_upload(nccl_rank *r, void **dst, const void *src, size_t n, fp4_err *err)
 {
     fp4_status st = layer_alloc(r, dst, n, err);
-    if (st == FP4_OK && n) NCCL_RANK_CUDA(err, st, r, cudaMemcpy(*dst, src, n, cudaMemcpyHostToDevice), out);
+    /* on the rank's stream, waited for: a plain cudaMemcpy from pageable memory
+     * may return before its DMA lands, unordered with the non-blocking stream
+     * the layer's kernels run on */
+    if (st == FP4_OK && n)
+        NCCL_RANK_CUDA(err, st, r, cudaMemcpyAsync(*dst, src, n, cudaMemcpyHostToDevice, r->stream), out);
+    if (st == FP4_OK && n) NCCL_RANK_CUDA(err, st, r, cudaStreamSynchronize(r->stream), out);
 out:
     return st;
 }
@@ -209,7 +214,9 @@ fp4_status layer_corrupt_bf16(nccl_rank *r, uint16_t *row, int64_t cols, fp4_err
     f = -(64.0f * big + 1.0f);
     memcpy(&bits, &f, sizeof bits);
     v = (uint16_t)(bits >> 16);
-    NCCL_RANK_CUDA(err, st, r, cudaMemcpy(row + cols / 2, &v, sizeof v, cudaMemcpyHostToDevice), out);
+    /* ordered with the rank's stream (layer_upload says why) */
+    NCCL_RANK_CUDA(err, st, r, cudaMemcpyAsync(row + cols / 2, &v, sizeof v, cudaMemcpyHostToDevice, r->stream), out);
+    NCCL_RANK_CUDA(err, st, r, cudaStreamSynchronize(r->stream), out);
 out:
     free(host);
     return st;
