@@ -50,6 +50,9 @@ Several modes run one after the other on one build. Modes:
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
   moe-json build; only the fp4bench moe runs of moe (every JSON of
            bench/results/h200/moe/, no tests or sanitizers first)
+  moe-json-stream  the first half of moe-json (glm5, glm5-skewed, glm5-layer)
+  moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
+           GLM-5 timed), as in moe-stream
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
   sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
            instruction's scheduling control decoded (bench/sass_ctl.py:
@@ -112,7 +115,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -544,10 +547,16 @@ mode_moe_stream() {
       [ $rc -eq 0 ] || fail "$tool moe $routing (exit $rc)"
     done
   done
+  moe_time_alone
+  moe_stream_runs
+}
+
+# The grouped kernel alone: gpu_moe_kernel's checks, then GLM-5 timed
+# (FP4_MOE_TIME=1; the kernel-alone table of docs/PERF.md, "moe")
+moe_time_alone() {
   say "== the grouped kernel alone (FP4_MOE_TIME=1)"
   FP4_MOE_TIME=1 timeout 200 ./build-dev/tests/gpu_moe_kernel 2>&1 | grep -E "^TIME|checks" | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
-  moe_stream_runs
 }
 
 # The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines,
@@ -845,6 +854,8 @@ if [ $built = 1 ]; then
       moe-stream) mode_moe_stream ;;
       moe-models) mode_moe_models ;;
       moe-json) moe_stream_runs; mode_moe_models ;;
+      moe-json-stream) moe_stream_runs ;;
+      moe-time) moe_time_alone ;;
       moe-quick) mode_moe_quick ;;
       moe-ab) mode_moe_ab ;;
       moe-kab) mode_moe_kab ;;
