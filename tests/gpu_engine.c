@@ -6,6 +6,8 @@
  *   - a backend that ignores the copy index fails verification;
  *   - a backend that writes nothing fails verification;
  *   - a backend whose poison() does not poison fails;
+ *   - a backend whose prepare() fails on an out-of-memory cudaMalloc, and
+ *     leaves that as CUDA's last error, does not fail the next ones;
  *   - the per-replay overhead is out of the time: a fixed ~2 us kernel
  *     timed with batches of 64 and of 256 calls agrees within 1%.
  * Needs a GPU (exit 77 without one). */
@@ -27,7 +29,8 @@ typedef enum fake_mode {
     FAKE_IGNORES_COPY,  /* always computes copy 0 */
     FAKE_WRITES_NOTHING, /* run() does nothing */
     FAKE_BAD_POISON,    /* poison() leaves the output as it was */
-    FAKE_SPIN           /* cuda-ref's answer, then a 2 us timer kernel */
+    FAKE_SPIN,          /* cuda-ref's answer, then a 2 us timer kernel */
+    FAKE_OOM            /* prepare() fails on a cudaMalloc too large for any GPU */
 } fake_mode;
 
 typedef struct fake_inst {
@@ -51,7 +54,7 @@ typedef struct fake_record {
     long captured[MAX_FAKE_COPIES];
 } fake_record;
 
-static fake_record last_record[5];
+static fake_record last_record[6];
 
 static fp4_status fake_open(fake_mode mode, void **inst, fp4_err *err)
 {
@@ -81,6 +84,12 @@ static fp4_status fake_prepare(void *inst, const fp4_gemm_problem *p, int copies
 {
     fake_inst *f = inst;
     if (copies > MAX_FAKE_COPIES) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "too many copies");
+    if (f->mode == FAKE_OOM) { /* 4 PiB; the error stays CUDA's last one, as a backend may leave it */
+        void *huge = NULL;
+        const cudaError_t e = cudaMalloc(&huge, (size_t)1 << 52);
+        if (e == cudaSuccess) (void)cudaFree(huge);
+        return fp4_fail(err, FP4_ERR_CUDA, "fake: cudaMalloc(4 PiB): %s", cudaGetErrorString(e));
+    }
     fake_plan *fp = calloc(1, sizeof *fp);
     if (!fp) return fp4_fail(err, FP4_ERR_NOMEM, "fake: no memory");
     fp->inst = f;
@@ -145,6 +154,7 @@ FAKE_OPEN(ignores, FAKE_IGNORES_COPY)
 FAKE_OPEN(nothing, FAKE_WRITES_NOTHING)
 FAKE_OPEN(badpoison, FAKE_BAD_POISON)
 FAKE_OPEN(spin, FAKE_SPIN)
+FAKE_OPEN(oom, FAKE_OOM)
 
 #define FAKE_OPS(var, nm, open_fn)                                                            \
     static const fp4_backend_ops var = {                                                     \
@@ -168,6 +178,7 @@ FAKE_OPS(fake_ignores, "fake-ignores-copy", open_ignores);
 FAKE_OPS(fake_nothing, "fake-writes-nothing", open_nothing);
 FAKE_OPS(fake_badpoison, "fake-bad-poison", open_badpoison);
 FAKE_OPS(fake_spin, "fake-spin", open_spin);
+FAKE_OPS(fake_oom, "fake-oom", open_oom);
 /* a second, identical backend under another name (rows are told apart by it) */
 static const fp4_backend_ops fake_b = {
     .api_version = FP4_BACKEND_API_VERSION,
@@ -219,10 +230,16 @@ static void test_faults_and_pairs(void)
               rep.ceil.l2.rotated_gbps, rep.ceil.l2.flushed_gbps);
     printf("coldness check: hot %.0f, rotated %.0f, flushed %.0f GB/s\n", rep.ceil.l2.hot_gbps,
            rep.ceil.l2.rotated_gbps, rep.ceil.l2.flushed_gbps);
-    const fp4_backend_ops *list[] = {&fake_a, &fake_b, &fake_ignores, &fake_nothing, &fake_badpoison};
+    /* fake-oom first: the others are prepared after its failure */
+    const fp4_backend_ops *list[] = {&fake_oom, &fake_a, &fake_b, &fake_ignores, &fake_nothing,
+                                     &fake_badpoison};
     /* big enough that its copies span 3x L2 within 1024 copies */
     const fp4_case c = {{128, 512, 1024}, "fakes"};
-    CHECK(fp4_engine_run_case(e, &c, 0, list, 5, &rep, NULL, NULL, &err) == FP4_OK);
+    CHECK(fp4_engine_run_case(e, &c, 0, list, 6, &rep, NULL, NULL, &err) == FP4_OK);
+    const fp4_row *oom = row_of(&rep, "fake-oom");
+    CHECK_MSG(oom && oom->state == FP4_ROW_FAILED && strstr(oom->reason, "prepare") &&
+                  strstr(oom->reason, "4 PiB"),
+              "out of memory: %s", oom ? oom->reason : "no row");
     const fp4_row *a = row_of(&rep, "fake-a"), *b = row_of(&rep, "fake-b");
     const fp4_row *ign = row_of(&rep, "fake-ignores-copy"), *not = row_of(&rep, "fake-writes-nothing");
     const fp4_row *bp = row_of(&rep, "fake-bad-poison");

@@ -6,8 +6,11 @@
  * every step (gate_up, down, the layer) in W4A4 and W4A16. A backend
  * may say unsupported (loop-fp4 in W4A16, fp8 for the layer), never FAILED;
  * moe-cublas-bf16 must run everything. Then one timed case: graphs, cold-L2
- * copies, every copy verified again after timing, the layer's steps.
+ * copies, every copy verified again after timing, the layer's steps, with a
+ * backend first whose prepare() fails on an out-of-memory cudaMalloc and
+ * leaves that as CUDA's last error: the others still run.
  * Exits 77 (skipped) without a GPU. */
+#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,68 @@ typedef struct layer_case {
     fp4_moe_route_mode route;
     const int32_t *trace;
 } layer_case;
+
+/* A backend whose prepare() fails as a cudaMalloc too large for any GPU
+ * (4 PiB) does, the error left as CUDA's last one. */
+static int oom_token;
+
+static fp4_status oom_open(void **inst, fp4_err *err)
+{
+    (void)err;
+    *inst = &oom_token;
+    return FP4_OK;
+}
+
+static void oom_close(void *inst) { (void)inst; }
+
+static fp4_status oom_prepare(void *inst, const fp4_moe_problem *p, int copies, void **plan,
+                              fp4_err *err)
+{
+    void *huge = NULL;
+    (void)inst;
+    (void)p;
+    (void)copies;
+    *plan = NULL;
+    const cudaError_t e = cudaMalloc(&huge, (size_t)1 << 52);
+    if (e == cudaSuccess) (void)cudaFree(huge);
+    return fp4_fail(err, FP4_ERR_CUDA, "fake: cudaMalloc(4 PiB): %s", cudaGetErrorString(e));
+}
+
+static fp4_status oom_never(void *plan, int copy, void *stream, fp4_err *err)
+{
+    (void)plan;
+    (void)copy;
+    (void)stream;
+    return fp4_fail(err, FP4_ERR_INVALID_ARG, "fake-oom has no plan");
+}
+
+static fp4_status oom_read(void *plan, int copy, float *out, fp4_err *err)
+{
+    (void)plan;
+    (void)copy;
+    (void)out;
+    return fp4_fail(err, FP4_ERR_INVALID_ARG, "fake-oom has no plan");
+}
+
+static void oom_release(void *plan) { (void)plan; }
+
+static const fp4_moe_backend_ops fake_oom = {
+    .api_version = FP4_MOE_BACKEND_API_VERSION,
+    .name = "fake-oom",
+    .summary = "test fake: prepare fails out of memory",
+    .flags = FP4_BACKEND_GPU,
+    .math = FP4_MATH_CUDA_CORES,
+    .wformat = FP4_MOE_WEIGHTS_NVFP4,
+    .tol_max = 1e-6,
+    .tol_norm = 1e-6,
+    .open = oom_open,
+    .close = oom_close,
+    .prepare = oom_prepare,
+    .poison = oom_never,
+    .run = oom_never,
+    .read_output = oom_read,
+    .release = oom_release,
+};
 
 static int gpu_backends(const fp4_moe_backend_ops **b)
 {
@@ -124,6 +189,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu_moe: %s\n", fp4_err_text(&err));
         return 1;
     }
+    const fp4_moe_backend_ops *timed[17];
+    timed[0] = &fake_oom; /* prepared first: the real backends come after its failure */
+    for (int i = 0; i < nb; i++) timed[i + 1] = b[i];
     for (int s = 0; s < FP4_MOE_STEP_COUNT; s++) {
         fp4_moe_case c;
         memset(&c, 0, sizeof c);
@@ -136,9 +204,15 @@ int main(int argc, char **argv)
         c.step = (fp4_moe_step)s;
         c.mode = FP4_MOE_W4A4;
         const int from = rep.nrows;
-        CHECK_MSG(fp4_moe_engine_run_case(m, &c, b, nb, &rep, NULL, NULL, &err) == FP4_OK, "%s", fp4_err_text(&err));
+        CHECK_MSG(fp4_moe_engine_run_case(m, &c, timed, nb + 1, &rep, NULL, NULL, &err) == FP4_OK, "%s",
+                  fp4_err_text(&err));
         for (int i = from; i < rep.nrows; i++) {
             const fp4_row *r = &rep.rows[i];
+            if (strcmp(r->backend, "fake-oom") == 0) {
+                CHECK_MSG(r->state == FP4_ROW_FAILED && strstr(r->reason, "4 PiB"), "fake-oom: %s: %s",
+                          fp4_row_state_name(r->state), r->reason);
+                continue;
+            }
             printf("timed %-8s %-17s %-11s %8.2f us x%d copies %s (%s)\n", r->moe.step, r->backend,
                    fp4_row_state_name(r->state), r->t.median, r->copies, r->l2,
                    r->state == FP4_ROW_OK ? r->variant : r->reason);

@@ -287,6 +287,11 @@ static fp4_status bf16_prepare(void *inst_, const fp4_moe_problem *p, int copies
         weights_free(&inst->dn, inst->warn);
         inst->weights_id = p->weights_id;
     }
+    /* only the weights of the steps this plan needs stay: the other step's
+     * would hold device memory that the other backends' plans of the case
+     * need (moe_backend.h: one plan of an instance is live at a time) */
+    if (!need_gu) weights_free(&inst->gu, inst->warn);
+    if (!need_dn) weights_free(&inst->dn, inst->warn);
     if (need_gu && (st = weights_ensure(inst, &inst->gu, p->weights->gate_up, E, copies, err)) != FP4_OK) return st;
     if (need_dn && (st = weights_ensure(inst, &inst->dn, p->weights->down, E, copies, err)) != FP4_OK) return st;
 

@@ -265,6 +265,10 @@ static fp4_status fp8_prepare(void *inst_, const fp4_moe_problem *p, int copies,
         weights_free(&inst->dn, inst->lt->warn);
         inst->weights_id = p->weights_id;
     }
+    /* only the weights of the steps this plan needs stay: the other step's
+     * would hold device memory that the other backends' plans of the case
+     * need (moe_backend.h: one plan of an instance is live at a time) */
+    weights_free(gate_up ? &inst->dn : &inst->gu, inst->lt->warn);
     fp8_weights *fw = gate_up ? &inst->gu : &inst->dn;
     const fp4_matrix *w = gate_up ? p->weights->gate_up : p->weights->down;
     if ((st = weights_ensure(inst, fw, w, E, copies, err)) != FP4_OK) return st;

@@ -724,6 +724,12 @@ static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *st
     memset(&s->row.t_launch, 0, sizeof s->row.t_launch);
     s->ns = 0;
     s->nl = 0;
+#ifdef FP4_HAVE_CUDA
+    /* a failure's CUDA error (an out-of-memory cudaMalloc, a bad launch) may
+     * still be the thread's last error; the next backend's launch checks
+     * would report it as theirs. Sticky errors stay: they are the context's. */
+    if (s->gpu) (void)cudaGetLastError();
+#endif
 }
 
 static void *engine_stream(fp4_engine *e)

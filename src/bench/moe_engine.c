@@ -614,6 +614,11 @@ static void slot_fail(moe_slot *s, fp4_status st, const fp4_err *err, const char
     free(s->row.samples);
     s->row.samples = NULL;
     s->row.nsamples = 0;
+#ifdef FP4_HAVE_CUDA
+    /* as in the GEMM engine: the failure's CUDA error is not left to fail
+     * the next backend's launch checks */
+    if (s->gpu) (void)cudaGetLastError();
+#endif
 }
 
 /* ---- traffic, copies and metrics --------------------------------------------------------- */

@@ -29,6 +29,9 @@ extern "C" fp4_status fp4_gpu_alloc(void **ptr, size_t bytes, const char *what, 
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         *ptr = NULL;
+        /* the failure is returned here; left as the thread's last error, it
+         * would fail the next launch check, of another backend too */
+        (void)cudaGetLastError();
         return fp4_fail(err, FP4_ERR_CUDA, "cudaMalloc(%zu bytes) for %s: %s", bytes, what,
                         cudaGetErrorString(e));
     }
