@@ -36,8 +36,9 @@
  * plans while problem->weights_id stays the same (a sweep over T re-uses
  * them), but only of the steps the current problem needs (a down plan frees
  * the cached gate_up weights: the backends of a case share the device's
- * memory); close() frees them. So an instance has one plan at a time: the
- * engine releases a case's plans before it prepares the next case's. */
+ * memory); close() frees them. So all live plans of an instance belong to
+ * one case: the engine releases a case's plans before it prepares the next
+ * case's. */
 #ifndef FP4_MOE_BACKEND_H
 #define FP4_MOE_BACKEND_H
 

@@ -267,7 +267,7 @@ static fp4_status fp8_prepare(void *inst_, const fp4_moe_problem *p, int copies,
     }
     /* only the weights of the steps this plan needs stay: the other step's
      * would hold device memory that the other backends' plans of the case
-     * need (moe_backend.h: one plan of an instance is live at a time) */
+     * need (moe_backend.h: the live plans of an instance are of one case) */
     weights_free(gate_up ? &inst->dn : &inst->gu, inst->lt->warn);
     fp8_weights *fw = gate_up ? &inst->gu : &inst->dn;
     const fp4_matrix *w = gate_up ? p->weights->gate_up : p->weights->down;

@@ -196,7 +196,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
     }
     /* only the weights of the steps this plan needs stay: the other step's
      * would hold device memory that the other backends' plans of the case
-     * need (moe_backend.h: one plan of an instance is live at a time) */
+     * need (moe_backend.h: the live plans of an instance are of one case) */
     if (!need_gu) weights_free(&inst->gu, inst->warn);
     if (!need_dn) weights_free(&inst->dn, inst->warn);
     if (need_gu && (st = weights_ensure(inst, &inst->gu, p->weights->gate_up, E, copies, err)) != FP4_OK) return st;

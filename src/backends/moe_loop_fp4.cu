@@ -290,7 +290,7 @@ static fp4_status loop_prepare(void *inst_, const fp4_moe_problem *p, int copies
     }
     /* only the weights of the steps this plan needs stay: the other step's
      * would hold device memory that the other backends' plans of the case
-     * need (moe_backend.h: one plan of an instance is live at a time) */
+     * need (moe_backend.h: the live plans of an instance are of one case) */
     if (!need_gu) weights_free(&inst->gu, inst->warn);
     if (!need_dn) weights_free(&inst->dn, inst->warn);
     loop_plan *pl = (loop_plan *)calloc(1, sizeof *pl);
