@@ -54,6 +54,9 @@ Several modes run one after the other on one build. Modes:
   moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
            GLM-5 timed), as in moe-stream
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
+  tensor-rate build; fp4_tensor_rate (bench/tensor_rate.cu): the bf16 tensor
+           rate of mma.sync and of wgmma (A from registers or shared memory)
+           at N = 8 .. 32, into OUT/tensor-rate.txt
   sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
            instruction's scheduling control decoded (bench/sass_ctl.py:
            stall, scoreboards set and waited on) into OUT/sass, the runs
@@ -115,7 +118,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-ab | moe-kab | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-ab | moe-kab | tensor-rate | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -680,6 +683,14 @@ mode_moe_tree() {
 # instruction decoded: where loads are issued and which scoreboard each waits
 # on is ptxas's choice, not the source's (a register ring's loads gathered on
 # one scoreboard keep no load ahead).
+mode_tensor_rate() {
+  local rc
+  say "== fp4_tensor_rate -> $OUT/tensor-rate.txt"
+  ./build-dev/fp4_tensor_rate 2>&1 | tee "$OUT/tensor-rate.txt" | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "fp4_tensor_rate (exit $rc)"
+}
+
 mode_sass() {
   local CUOBJ o name
   CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
@@ -860,6 +871,7 @@ if [ $built = 1 ]; then
       moe-ab) mode_moe_ab ;;
       moe-kab) mode_moe_kab ;;
       moe-tree) mode_moe_tree ;;
+      tensor-rate) mode_tensor_rate ;;
       sass) mode_sass ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
