@@ -18,7 +18,9 @@
  *    tokens an expert, one expert with 3 chunks, skewed); every case first
  *    with the split between the paths that its routing gives (the skewed
  *    case must put experts on both sides), then forced onto the wide path
- *    and onto the streaming path (FP4_SM90_MOE_PATH).
+ *    and onto the streaming path (FP4_SM90_MOE_PATH); then every W4A4 case
+ *    with the streaming path's dequantization prepass forced on and off
+ *    (FP4_SM90_MOE_PREPASS).
  * 3. With FP4_MOE_TIME=1: GLM-5's expert GEMMs timed on the path each size
  *    picks, or on the one FP4_SM90_MOE_PATH names (gate_up 256 x [4096 x
  *    6144], down 256 x [6144 x 2048]) in CUDA graphs of 20 launches, cold
@@ -302,7 +304,7 @@ static void check_case(const moe_case *c, uint64_t seed)
                            cudaMemcpyHostToDevice));
     }
     g.ws_bytes = fp4_sm90_moe_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k,
-                                              c->a_per_pair);
+                                              c->a_per_pair, c->w4a16);
     if (g.ws_bytes) {
         CUDA_OK(cudaMalloc(&g.ws, g.ws_bytes));
         CUDA_OK(cudaMemset(g.ws, 0, g.ws_bytes));
@@ -474,6 +476,35 @@ static void test_cases(void)
     }
     if (env_path) setenv("FP4_SM90_MOE_PATH", saved, 1); /* the timing below honours it */
     else unsetenv("FP4_SM90_MOE_PATH");
+
+    /* W4A4 on the streaming path both ways: the activations dequantized by the
+     * prepass, and by each block as it stages them (the size picks one) */
+    const char *env_pre = getenv("FP4_SM90_MOE_PREPASS");
+    char saved_pre[16] = "";
+    if (env_pre) snprintf(saved_pre, sizeof saved_pre, "%s", env_pre);
+    unsetenv("FP4_SM90_MOE_PREPASS");
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 255, 0, 0) == 0);
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 256, 0, 0) == 1);
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 1279, 0, 0) == 1);
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 1280, 0, 0) == 0);
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 512, 1, 0) == 0);
+    CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 512, 0, 1) == 0);
+    static const char *const pre[2] = {"on", "off"};
+    for (int f = 0; f < 2; f++) {
+        setenv("FP4_SM90_MOE_PREPASS", pre[f], 1);
+        CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 1, 1, 0) == (f == 0));
+        CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 1, 0, 1) == 0);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (cases[i].w4a16) continue;
+            moe_case c = cases[i];
+            char name[96];
+            snprintf(name, sizeof name, "%s [prepass %s]", cases[i].name, pre[f]);
+            c.name = name;
+            check_case(&c, 101 + i);
+        }
+    }
+    if (env_pre) setenv("FP4_SM90_MOE_PREPASS", saved_pre, 1);
+    else unsetenv("FP4_SM90_MOE_PREPASS");
 }
 
 /* Bad arguments are refused, never launched. */
@@ -599,7 +630,7 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
         CUDA_OK(cudaMalloc((void **)&dc, (size_t)tc->tokens * (size_t)tc->n * sizeof(float)));
     }
     const size_t wsb = fp4_sm90_moe_workspace_size(TIME_E, TIME_TOPK, tc->tokens, tc->n, tc->k,
-                                                   tc->a_per_pair);
+                                                   tc->a_per_pair, tc->w4a16);
     if (wsb) {
         CUDA_OK(cudaMalloc(&ws, wsb));
         CUDA_OK(cudaMemset(ws, 0, wsb));

@@ -62,7 +62,7 @@ typedef struct sm90_plan {
     size_t ws_bytes;
     float a_global, h_global;
     sm90_copy *c;
-    char variant[128];
+    char variant[192];
 } sm90_plan;
 
 static void weights_free(sm90_weights *w, fp4_warnings *warn)
@@ -213,9 +213,9 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
     if ((st = fp4_moe_dev_route_upload(p, &pl->route, err)) != FP4_OK) goto fail;
     {
         size_t ws = 0;
-        if (need_gu) ws = fp4_sm90_moe_workspace_size(E, k, T, 2 * I, H, 0);
+        if (need_gu) ws = fp4_sm90_moe_workspace_size(E, k, T, 2 * I, H, 0, !w4a4);
         if (need_dn) {
-            const size_t w2 = fp4_sm90_moe_workspace_size(E, k, T, H, I, 1);
+            const size_t w2 = fp4_sm90_moe_workspace_size(E, k, T, H, I, 1, !w4a4);
             if (w2 > ws) ws = w2;
         }
         pl->ws_bytes = ws;
@@ -273,10 +273,13 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
         const int paths = fp4_sm90_moe_paths(E, k, T, &wide_from);
         char both[64];
         snprintf(both, sizeof both, "experts of < %d tokens streaming, the rest wide", wide_from);
-        snprintf(pl->variant, sizeof pl->variant, "grouped, %s%s",
+        snprintf(pl->variant, sizeof pl->variant, "grouped, %s%s%s",
                  paths == FP4_SM90_MOE_WIDE     ? "one launch a GEMM, wide path (wgmma)"
                  : paths == FP4_SM90_MOE_STREAM ? "one launch a GEMM, streaming path"
                                                 : both,
+                 !fp4_sm90_moe_dequant_prepass(E, k, T, p->step == FP4_MOE_STEP_DOWN, !w4a4) ? ""
+                 : layer ? "; gate_up's activations dequantized to bf16 once (prepass)"
+                         : "; activations dequantized to bf16 once (prepass)",
                  layer ? "; plan rebuilt on the device" : "");
     }
     *out = pl;

@@ -133,8 +133,8 @@ static fp4_status ep_setup(layer_job *j, nccl_rank *r, void *state, fp4_err *err
         goto out;
     }
     if (s->recv_rows > 0) {
-        s->ws_bytes = fp4_sm90_moe_workspace_size(s->experts_own, 1, s->recv_rows, 2 * I, H, 0);
-        const size_t w2 = fp4_sm90_moe_workspace_size(s->experts_own, 1, s->recv_rows, H, I, 1);
+        s->ws_bytes = fp4_sm90_moe_workspace_size(s->experts_own, 1, s->recv_rows, 2 * I, H, 0, !w4a4);
+        const size_t w2 = fp4_sm90_moe_workspace_size(s->experts_own, 1, s->recv_rows, H, I, 1, !w4a4);
         if (w2 > s->ws_bytes) s->ws_bytes = w2;
         if (s->ws_bytes) {
             if ((st = layer_alloc(r, &s->ws, s->ws_bytes, err)) != FP4_OK) goto out;

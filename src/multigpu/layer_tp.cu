@@ -105,9 +105,9 @@ static fp4_status tp_setup(layer_job *j, nccl_rank *r, void *state, fp4_err *err
     } else if ((st = layer_alloc(r, (void **)&s->h, (size_t)P * Ir * 2, err)) != FP4_OK) {
         return st;
     }
-    s->ws_bytes = fp4_sm90_moe_workspace_size(d->experts, d->top_k, T, 2 * Ir, H, 0);
+    s->ws_bytes = fp4_sm90_moe_workspace_size(d->experts, d->top_k, T, 2 * Ir, H, 0, !w4a4);
     {
-        const size_t w2 = fp4_sm90_moe_workspace_size(d->experts, d->top_k, T, H, Ir, 1);
+        const size_t w2 = fp4_sm90_moe_workspace_size(d->experts, d->top_k, T, H, Ir, 1, !w4a4);
         if (w2 > s->ws_bytes) s->ws_bytes = w2;
     }
     if (s->ws_bytes) {

@@ -36,7 +36,10 @@
  *   decode sizes is as long as at 32 tokens (at 4, one token cost 10% more).
  *   W4A16: cp.async of the bf16 rows, gathered by pair_index; W4A4: codes
  *   copied by cp.async, then decoded once per block through a 256-entry
- *   byte table times the scale, exact in bf16. All 8 warps (different weight
+ *   byte table times the scale, exact in bf16; or, where a token row serves
+ *   many blocks (moe_prepass_for), dequantized once by a prepass
+ *   (fp4_sm90_moe_dequant_kernel) into bf16 rows that the W4A16 loop
+ *   reads. All 8 warps (different weight
  *   rows) read them. No CTA barrier in the loop: each buffer has a full and an
  *   empty mbarrier, and stage s + 3 is copied once every warp is done with
  *   stage s - 1, so warps drift up to a stage apart (a barrier a stage cost
@@ -619,6 +622,31 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
     }
 }
 
+/* W4A4 activations dequantized once into bf16 rows [rows][K] (the streaming
+ * kernel then runs its W4A16 loop on them): one thread a 16-value block, so
+ * block idx is codes idx * 8, scale idx and output idx * 16 of the row-major
+ * operands. Exact (moe_block16_bf16). Nothing when no expert is the
+ * streaming kernel's (fewer than tok_hi tokens, at least one). */
+__global__ void __launch_bounds__(256) fp4_sm90_moe_dequant_kernel(
+    const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales, long long blocks16,
+    const int32_t *__restrict__ off, int E, int tok_hi, uint4 *__restrict__ out)
+{
+    if (tok_hi < INT_MAX) {
+        int found = 0;
+        for (int e = threadIdx.x; e < E && !found; e += 256) {
+            const int cnt = off[e + 1] - off[e];
+            found = cnt > 0 && cnt < tok_hi;
+        }
+        if (!__syncthreads_or(found)) return;
+    }
+    const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (idx >= blocks16) return;
+    uint32_t w[8];
+    moe_block16_bf16(__ldg((const uint2 *)codes + idx), moe_e4m3_float(__ldg(scales + idx)), w);
+    out[2 * idx] = make_uint4(w[0], w[1], w[2], w[3]);
+    out[2 * idx + 1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 /* out[t, n] = sum_j w[t*k + j] * d[t*k + j, n], j in order; 8 columns a thread. */
 __global__ void __launch_bounds__(256) fp4_sm90_moe_combine_kernel(const uint16_t *__restrict__ d,
                                                                    const float *__restrict__ w,
@@ -735,6 +763,33 @@ static size_t moe_split_ws_bytes(int paths, int experts, int top_k, int64_t toke
 
 static size_t moe_align256(size_t b) { return (b + 255) / 256 * 256; }
 
+/* W4A4 on the streaming path: the activations dequantized once by a prepass
+ * (fp4_sm90_moe_dequant_kernel), or in every block that stages them (each
+ * token row again for each row block of each of its top-k experts: 128 times
+ * at GLM-5 gate_up). The prepass pays where rows are shared by the top-k
+ * (a_per_pair == 0) and experts average 8 to 39 pairs, so that most run on
+ * the streaming path (on an H100, GLM-5 gate_up: 4% faster at 16 pairs an
+ * expert, even at 1 and 4; at T = 1 its launch costs 2.7 us of 47; down, one
+ * row a pair, even at 16). FP4_SM90_MOE_PREPASS=on or =off forces it (tests
+ * and measurements). */
+#define MOE_PREPASS_MIN_PAIRS_PER_EXPERT 8
+static int moe_prepass_for(int paths, int w4a16, int experts, int top_k, int64_t tokens,
+                           int a_per_pair)
+{
+    if (w4a16 || !(paths & FP4_SM90_MOE_STREAM)) return 0;
+    const char *force = getenv("FP4_SM90_MOE_PREPASS");
+    if (force && strcmp(force, "on") == 0) return 1;
+    if (force && strcmp(force, "off") == 0) return 0;
+    const int64_t pairs = tokens * top_k;
+    return !a_per_pair && pairs >= (int64_t)MOE_PREPASS_MIN_PAIRS_PER_EXPERT * experts &&
+           pairs < (int64_t)MOE_WIDE_MIN_TOKENS * experts;
+}
+
+static size_t moe_prepass_bytes(int prepass, int top_k, int64_t tokens, int64_t k, int a_per_pair)
+{
+    return prepass ? (size_t)(a_per_pair ? tokens * top_k : tokens) * (size_t)k * 2 : 0;
+}
+
 /* The optional combine of D into d_combined (moe.h). */
 static fp4_status moe_combine(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
 {
@@ -825,15 +880,18 @@ fp4_status fp4_sm90_moe_pack(const fp4_matrix *w, int experts, void *host_out, f
 }
 
 size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k,
-                                   int a_per_pair)
+                                   int a_per_pair, int w4a16)
 {
     if (!moe_dims_ok(experts, top_k, tokens, n, k)) return 0;
     int wide_from = 0;
     const int paths = moe_paths_for(tokens, &wide_from);
-    const size_t split = moe_split_ws_bytes(paths, experts, top_k, tokens, n);
-    if (!(paths & FP4_SM90_MOE_WIDE)) return split;
-    return moe_align256(split) + fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
+    size_t end = moe_split_ws_bytes(paths, experts, top_k, tokens, n);
+    const int prepass = moe_prepass_for(paths, w4a16, experts, top_k, tokens, a_per_pair);
+    if (prepass) end = moe_align256(end) + moe_prepass_bytes(prepass, top_k, tokens, k, a_per_pair);
+    if (!(paths & FP4_SM90_MOE_WIDE)) return end;
+    return moe_align256(end) + fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
 }
+
 
 size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens, int64_t n,
                                          int64_t k)
@@ -864,6 +922,15 @@ int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from)
     return paths;
 }
 
+int fp4_sm90_moe_dequant_prepass(int experts, int top_k, int64_t tokens, int a_per_pair,
+                                 int w4a16)
+{
+    if (experts < 1 || top_k < 1 || tokens < 1) return 0;
+    int wide_from = 0;
+    return moe_prepass_for(moe_paths_here(tokens, &wide_from), w4a16, experts, top_k, tokens,
+                           a_per_pair);
+}
+
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err)
 {
     if (!a) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 moe: NULL arguments");
@@ -887,13 +954,19 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
         return fp4_fail(err, FP4_ERR_INVALID_ARG,
                         "fp4-sm90 moe: route_weights and d_combined come together");
     const size_t ws = fp4_sm90_moe_workspace_size(a->experts, a->top_k, a->tokens, a->n, a->k,
-                                                  a->a_per_pair);
+                                                  a->a_per_pair, a->w4a16);
     if (ws && (!a->workspace || a->workspace_bytes < ws))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 moe: needs a %zu-byte workspace", ws);
     int wide_from = INT_MAX;
     const int paths = moe_paths_here(a->tokens, &wide_from);
     const size_t split_ws = fp4_sm90_moe_split_workspace_size(a->experts, a->top_k, a->tokens,
                                                               a->n, a->k);
+    /* the workspace: split K's counters and sums, the prepass rows, the wide copy */
+    const int prepass =
+        moe_prepass_for(paths, a->w4a16, a->experts, a->top_k, a->tokens, a->a_per_pair);
+    const size_t pre_off = moe_align256(split_ws);
+    const size_t pre_bytes = moe_prepass_bytes(prepass, a->top_k, a->tokens, a->k, a->a_per_pair);
+    const size_t wide_off = prepass ? moe_align256(pre_off + pre_bytes) : moe_align256(split_ws);
 
     moe_params p;
     memset(&p, 0, sizeof p);
@@ -934,12 +1007,25 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
 
     if (paths & FP4_SM90_MOE_WIDE) {
         const moe_wide_geom g = {p.expert_stride, p.codes_bytes, p.tiles, p.KS, p.KS2};
-        const size_t off = moe_align256(split_ws);
         const fp4_status st =
-            fp4_sm90_moe_wide_launch(a, &g, wide_from, (char *)a->workspace + off,
-                                     a->workspace_bytes - off, stream, err);
+            fp4_sm90_moe_wide_launch(a, &g, wide_from, (char *)a->workspace + wide_off,
+                                     a->workspace_bytes - wide_off, stream, err);
         if (st != FP4_OK) return st;
         if (!(paths & FP4_SM90_MOE_STREAM)) return moe_combine(a, stream, err);
+    }
+
+    if (prepass) { /* the streaming kernel then reads bf16 rows: its W4A16 loop */
+        const long long blocks16 = (long long)(pre_bytes / 32);
+        const long long blocks = (blocks16 + 255) / 256;
+        if (blocks > INT_MAX)
+            return fp4_fail(err, FP4_ERR_UNSUPPORTED, "fp4-sm90 moe: dequantization grid too large");
+        uint16_t *rows = (uint16_t *)((char *)a->workspace + pre_off);
+        fp4_sm90_moe_dequant_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
+            a->a_codes, a->a_scales, blocks16, a->expert_offsets, a->experts, wide_from,
+            (uint4 *)rows);
+        FP4_CUDA_LAUNCH_TRY(err);
+        p.a_bf16 = rows;
+        p.w4a16 = 1; /* p.a_global keeps A's global scale */
     }
 
     int dev = 0, sms = 0, per_sm = 0;

@@ -55,15 +55,17 @@ typedef struct fp4_sm90_moe_args {
 } fp4_sm90_moe_args;
 
 /* Device workspace bytes a call needs (0: none, workspace may be NULL), for
- * the call's a_per_pair. It must be zeroed once (cudaMemset) before the first
- * call. Its first fp4_sm90_moe_split_workspace_size bytes are the streaming
- * path's split-K counters and sums (K is split across blocks when there are
- * too few output tiles to fill the GPU, at small T*k); every call leaves them
- * zeroed, so calls replay in a CUDA graph. Where the wide path runs, it keeps
- * its bf16 copy of the activations after them (rows x K x 2 bytes, rewritten
- * by every call). Calls sharing a workspace must be serialised (one stream). */
+ * the call's a_per_pair and w4a16. It must be zeroed once (cudaMemset) before
+ * the first call. Its first fp4_sm90_moe_split_workspace_size bytes are the
+ * streaming path's split-K counters and sums (K is split across blocks when
+ * there are too few output tiles to fill the GPU, at small T*k); every call
+ * leaves them zeroed, so calls replay in a CUDA graph. After them, rewritten
+ * by every call: the streaming path's bf16 rows of W4A4 activations where
+ * fp4_sm90_moe_dequant_prepass says so, then, where the wide path runs, its
+ * own bf16 copy of the activations (rows x K x 2 bytes each). Calls sharing
+ * a workspace must be serialised (one stream). */
 size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64_t n, int64_t k,
-                                   int a_per_pair);
+                                   int a_per_pair, int w4a16);
 size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens, int64_t n,
                                          int64_t k);
 
@@ -81,6 +83,15 @@ size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens,
 #define FP4_SM90_MOE_STREAM 1
 #define FP4_SM90_MOE_WIDE 2
 int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from);
+
+/* 1 where a W4A4 call of this size dequantizes the activations once, by a
+ * prepass into bf16 rows of the workspace, for the streaming path (which
+ * then runs its W4A16 loop on them): where the rows are shared by the top-k
+ * (a_per_pair == 0) and experts average 8 to 39 pairs (8 E <= T * top-k <
+ * 40 E). Elsewhere each block decodes the codes it stages, with no extra
+ * launch. 0 for W4A16. FP4_SM90_MOE_PREPASS=on or =off forces it. */
+int fp4_sm90_moe_dequant_prepass(int experts, int top_k, int64_t tokens, int a_per_pair,
+                                 int w4a16);
 
 /* Asynchronous on stream, no allocation, no host sync, graph-capturable. Experts with 0 tokens cost nothing. */
 fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp4_err *err);

@@ -1,6 +1,7 @@
 /* Device helpers of the two grouped MoE kernels (moe.cu, moe_wide.cu): the
- * bf16 scale arithmetic of the packed weights, the walk over the work units
- * and the 8-value bf16 store. Include from .cu files only. */
+ * bf16 scale arithmetic of the packed weights, the exact dequantization of
+ * NVFP4 activations to bf16 (both paths' prepasses), the walk over the work
+ * units and the 8-value bf16 store. Include from .cu files only. */
 #ifndef FP4_SM90_MOE_DEVICE_CUH
 #define FP4_SM90_MOE_DEVICE_CUH
 
@@ -60,6 +61,37 @@ static __device__ __forceinline__ void scale_pair(uint32_t w, uint32_t *even, ui
 {
     *even = bf2_mul(bf2_mul((w << 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
     *odd = bf2_mul(bf2_mul((w >> 4) & 0x07F007F0u, BF16X2_2P127), BF16X2_2P111);
+}
+
+static __device__ __forceinline__ float moe_e2m1_float(uint32_t c)
+{
+    const uint32_t m = c & 7u;
+    const float v = m < 4u ? 0.5f * (float)m : (m == 4u ? 2.0f : m == 5u ? 3.0f : m == 6u ? 4.0f : 6.0f);
+    return (c & 8u) ? -v : v;
+}
+
+static __device__ __forceinline__ float moe_e4m3_float(uint32_t b)
+{
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 15u && m == 7u) v = __int_as_float(0x7FC00000);
+    else if (e == 0u) v = ldexpf((float)m, -9);
+    else v = ldexpf((float)(8u + m), (int)e - 10);
+    return (b & 0x80u) ? -v : v;
+}
+
+/* One 16-value NVFP4 block (codes c: byte q holds k 2q in its low nibble, 2q + 1
+ * in its high one; s its decoded scale) -> 8 bf16 pairs in k order. Exact:
+ * E2M1 x E4M3 has at most 5 significant bits and fits a bf16. */
+static __device__ __forceinline__ void moe_block16_bf16(uint2 c, float s, uint32_t *w)
+{
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const uint32_t byte = ((q < 4 ? c.x : c.y) >> (8 * (q & 3))) & 0xFFu;
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(moe_e2m1_float(byte) * s, moe_e2m1_float(byte >> 4) * s);
+        memcpy(&w[q], &v, 4);
+    }
 }
 
 /* The chunks of `tok` tokens of an expert of cnt tokens on a path that takes

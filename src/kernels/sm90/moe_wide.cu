@@ -83,23 +83,6 @@ static int64_t mw_ksp(int64_t k) { return ((k + 63) / 64 + MW_RING - 1) / MW_RIN
 
 /* ---- prepass ----------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float mw_e2m1(uint32_t c)
-{
-    const uint32_t m = c & 7u;
-    const float v = m < 4u ? 0.5f * (float)m : (m == 4u ? 2.0f : m == 5u ? 3.0f : m == 6u ? 4.0f : 6.0f);
-    return (c & 8u) ? -v : v;
-}
-
-static __device__ __forceinline__ float mw_e4m3(uint32_t b)
-{
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float v;
-    if (e == 15u && m == 7u) v = __int_as_float(0x7FC00000);
-    else if (e == 0u) v = ldexpf((float)m, -9);
-    else v = ldexpf((float)(8u + m), (int)e - 10);
-    return (b & 0x80u) ? -v : v;
-}
-
 /* One thread a (row, k-step): the step's 32 bf16 pairs (k >= K zero) in the
  * permuted order, 128 bytes. Nothing when no expert has tok_lo tokens (the
  * streaming path then has them all). */
@@ -136,14 +119,9 @@ __global__ void __launch_bounds__(256)
             float s = 0.0f;
             if (k0 + 16 * kb < K) {
                 c = __ldg((const uint2 *)(codes + 8 * kb));
-                s = mw_e4m3(__ldg(sc + kb));
+                s = moe_e4m3_float(__ldg(sc + kb));
             }
-#pragma unroll
-            for (int q = 0; q < 8; q++) { /* byte q: k 2q (low nibble), 2q + 1 of the block */
-                const uint32_t byte = ((q < 4 ? c.x : c.y) >> (8 * (q & 3))) & 0xFFu;
-                const __nv_bfloat162 v = __floats2bfloat162_rn(mw_e2m1(byte) * s, mw_e2m1(byte >> 4) * s);
-                memcpy(&w[8 * kb + q], &v, 4);
-            }
+            moe_block16_bf16(c, s, &w[8 * kb]);
         }
     }
     uint4 *dst = out + (size_t)idx * 8;
