@@ -892,7 +892,6 @@ size_t fp4_sm90_moe_workspace_size(int experts, int top_k, int64_t tokens, int64
     return moe_align256(end) + fp4_sm90_moe_wide_ws_size(a_per_pair ? tokens * top_k : tokens, k);
 }
 
-
 size_t fp4_sm90_moe_split_workspace_size(int experts, int top_k, int64_t tokens, int64_t n,
                                          int64_t k)
 {

@@ -82,7 +82,7 @@ static __device__ __forceinline__ float moe_e4m3_float(uint32_t b)
 
 /* One 16-value NVFP4 block (codes c: byte q holds k 2q in its low nibble, 2q + 1
  * in its high one; s its decoded scale) -> 8 bf16 pairs in k order. Exact:
- * E2M1 x E4M3 has at most 5 significant bits and fits a bf16. */
+ * E2M1 x E4M3 has at most 6 significant bits and fits a bf16. */
 static __device__ __forceinline__ void moe_block16_bf16(uint2 c, float s, uint32_t *w)
 {
 #pragma unroll
