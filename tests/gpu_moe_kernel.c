@@ -333,11 +333,18 @@ static void check_case(const moe_case *c, uint64_t seed)
     a.workspace = g.ws;
     a.workspace_bytes = g.ws_bytes;
 
+    /* the split-K area must stay zeroed; what follows it (the prepass rows, the
+     * wide path's copy) every call rewrites: poisoned before each pass, so the
+     * graph pass cannot pass on the plain pass's rows */
+    const size_t split_ws =
+        fp4_sm90_moe_split_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k);
     cudaStream_t stream = NULL;
     CUDA_OK(cudaStreamCreate(&stream));
     for (int pass = 0; pass < 2; pass++) {
         const char *what = pass == 0 ? "plain" : "graph";
         CUDA_OK(cudaMemset(g.d, 0xFF, nd * sizeof(uint16_t))); /* bf16 NaN */
+        if (g.ws && g.ws_bytes > split_ws)
+            CUDA_OK(cudaMemset((char *)g.ws + split_ws, 0xFF, g.ws_bytes - split_ws));
         if (c->combine) CUDA_OK(cudaMemset(g.d_combined, 0xFF, nc * sizeof(float)));
         CUDA_OK(cudaDeviceSynchronize());
         if (pass == 0) {
@@ -370,10 +377,7 @@ static void check_case(const moe_case *c, uint64_t seed)
             compare("combine", c->name, comb_got, comb_ref, nc, 1e-5, 1e-5);
         }
     }
-    /* the streaming path's split-K workspace came back zeroed (the wide path
-     * keeps its copy of the activations after it) */
-    const size_t split_ws =
-        fp4_sm90_moe_split_workspace_size(c->experts, c->top_k, c->tokens, c->n, c->k);
+    /* the streaming path's split-K workspace came back zeroed */
     CHECK(split_ws <= g.ws_bytes);
     if (split_ws && split_ws <= g.ws_bytes) {
         uint8_t *w = malloc(split_ws);
@@ -474,11 +478,11 @@ static void test_cases(void)
             check_case(&c, 101 + i);
         }
     }
-    if (env_path) setenv("FP4_SM90_MOE_PATH", saved, 1); /* the timing below honours it */
-    else unsetenv("FP4_SM90_MOE_PATH");
+    unsetenv("FP4_SM90_MOE_PATH");
 
     /* W4A4 on the streaming path both ways: the activations dequantized by the
-     * prepass, and by each block as it stages them (the size picks one) */
+     * prepass, and by each block as it stages them (the size picks one); each
+     * case with the split its size picks */
     const char *env_pre = getenv("FP4_SM90_MOE_PREPASS");
     char saved_pre[16] = "";
     if (env_pre) snprintf(saved_pre, sizeof saved_pre, "%s", env_pre);
@@ -489,6 +493,7 @@ static void test_cases(void)
     CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 1280, 0, 0) == 0);
     CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 512, 1, 0) == 0);
     CHECK(fp4_sm90_moe_dequant_prepass(256, 8, 512, 0, 1) == 0);
+    CHECK(fp4_sm90_moe_dequant_prepass(32, 1, 512, 0, 0) == 0); /* top-1: no row is shared */
     static const char *const pre[2] = {"on", "off"};
     for (int f = 0; f < 2; f++) {
         setenv("FP4_SM90_MOE_PREPASS", pre[f], 1);
@@ -505,6 +510,7 @@ static void test_cases(void)
     }
     if (env_pre) setenv("FP4_SM90_MOE_PREPASS", saved_pre, 1);
     else unsetenv("FP4_SM90_MOE_PREPASS");
+    if (env_path) setenv("FP4_SM90_MOE_PATH", saved, 1); /* the timing below honours it */
 }
 
 /* Bad arguments are refused, never launched. */

@@ -273,13 +273,17 @@ static fp4_status sm90_prepare(void *inst_, const fp4_moe_problem *p, int copies
         const int paths = fp4_sm90_moe_paths(E, k, T, &wide_from);
         char both[64];
         snprintf(both, sizeof both, "experts of < %d tokens streaming, the rest wide", wide_from);
+        /* the steps this plan runs whose W4A4 activations the prepass dequantizes */
+        const int pre_gu = need_gu && fp4_sm90_moe_dequant_prepass(E, k, T, 0, !w4a4);
+        const int pre_dn = need_dn && fp4_sm90_moe_dequant_prepass(E, k, T, 1, !w4a4);
         snprintf(pl->variant, sizeof pl->variant, "grouped, %s%s%s",
                  paths == FP4_SM90_MOE_WIDE     ? "one launch a GEMM, wide path (wgmma)"
                  : paths == FP4_SM90_MOE_STREAM ? "one launch a GEMM, streaming path"
                                                 : both,
-                 !fp4_sm90_moe_dequant_prepass(E, k, T, p->step == FP4_MOE_STEP_DOWN, !w4a4) ? ""
-                 : layer ? "; gate_up's activations dequantized to bf16 once (prepass)"
-                         : "; activations dequantized to bf16 once (prepass)",
+                 pre_gu && pre_dn ? "; activations dequantized to bf16 once (prepass)"
+                 : pre_gu         ? "; gate_up's activations dequantized to bf16 once (prepass)"
+                 : pre_dn         ? "; down's activations dequantized to bf16 once (prepass)"
+                                  : "",
                  layer ? "; plan rebuilt on the device" : "");
     }
     *out = pl;

@@ -767,7 +767,7 @@ static size_t moe_align256(size_t b) { return (b + 255) / 256 * 256; }
  * (fp4_sm90_moe_dequant_kernel), or in every block that stages them (each
  * token row again for each row block of each of its top-k experts: 128 times
  * at GLM-5 gate_up). The prepass pays where rows are shared by the top-k
- * (a_per_pair == 0) and experts average 8 to 39 pairs, so that most run on
+ * (a_per_pair == 0, top_k > 1) and experts average 8 to 39 pairs, so that most run on
  * the streaming path (on an H100, GLM-5 gate_up: 4% faster at 16 pairs an
  * expert, even at 1 and 4; at T = 1 its launch costs 2.7 us of 47; down, one
  * row a pair, even at 16). FP4_SM90_MOE_PREPASS=on or =off forces it (tests
@@ -781,7 +781,8 @@ static int moe_prepass_for(int paths, int w4a16, int experts, int top_k, int64_t
     if (force && strcmp(force, "on") == 0) return 1;
     if (force && strcmp(force, "off") == 0) return 0;
     const int64_t pairs = tokens * top_k;
-    return !a_per_pair && pairs >= (int64_t)MOE_PREPASS_MIN_PAIRS_PER_EXPERT * experts &&
+    return !a_per_pair && top_k > 1 &&
+           pairs >= (int64_t)MOE_PREPASS_MIN_PAIRS_PER_EXPERT * experts &&
            pairs < (int64_t)MOE_WIDE_MIN_TOKENS * experts;
 }
 

@@ -87,7 +87,7 @@ int fp4_sm90_moe_paths(int experts, int top_k, int64_t tokens, int *wide_from);
 /* 1 where a W4A4 call of this size dequantizes the activations once, by a
  * prepass into bf16 rows of the workspace, for the streaming path (which
  * then runs its W4A16 loop on them): where the rows are shared by the top-k
- * (a_per_pair == 0) and experts average 8 to 39 pairs (8 E <= T * top-k <
+ * (a_per_pair == 0, top-k > 1) and experts average 8 to 39 pairs (8 E <= T * top-k <
  * 40 E). Elsewhere each block decodes the codes it stages, with no extra
  * launch. 0 for W4A16. FP4_SM90_MOE_PREPASS=on or =off forces it. */
 int fp4_sm90_moe_dequant_prepass(int experts, int top_k, int64_t tokens, int a_per_pair,
