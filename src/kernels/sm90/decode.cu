@@ -24,6 +24,12 @@
  *   8 warps a block split the block's K range; grid = row blocks x K splits x
  *   token chunks, sized for about two blocks per SM (one from 32 row blocks
  *   up).
+ * - Small N x K at 1-16 tokens (every 16-row tile a block, the blocks fit the
+ *   SMs at once, at most 16 k-steps a warp): no ring and no K split. Each
+ *   warp of a tile's block issues the loads of all its k-steps at once, then
+ *   runs their math (d4_stream_burst); the block's reduction writes D. One
+ *   memory latency instead of the ring's chain of them, and no reduction
+ *   through L2.
  * - Reduction: warps through shared memory (one barrier). For chunks of 4
  *   token tiles, K splits of up to 8 run as one thread-block cluster a tile
  *   (the splits along grid y): each
@@ -54,6 +60,7 @@
 #define D4_THREADS (32 * D4_WARPS)
 #define D4_NPAD 64 /* packed rows are padded to a multiple of 64 (RT <= 4) */
 #define D4_MAX_CLUSTER 8 /* the portable cluster size: splits reduced in a cluster */
+#define D4_BURST_MAX 16  /* k-steps a warp loads at once, at most (d4_stream_burst) */
 
 /* ---- device helpers of the k-permuted layout ---------------------------------------- */
 
@@ -93,6 +100,28 @@ static __device__ __forceinline__ uint32_t ldg_or_zero1(const void *p, int on)
     asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %2, 0;\n\tmov.b32 %0, 0;\n\t"
                  "@q ld.global.nc.u8 %0, [%1];\n\t}"
                  : "=r"(v)
+                 : "l"(p), "r"(on));
+    return v;
+}
+
+/* the streaming loads (ldg_stream16, ldg_stream2) where `on`, else zeros */
+static __device__ __forceinline__ uint4 ldg_stream16_or_zero(const uint4 *p, int on)
+{
+    uint4 v;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+                 "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+                 "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "r"(on));
+    return v;
+}
+
+static __device__ __forceinline__ uint32_t ldg_stream2_or_zero(const uint16_t *p, int on)
+{
+    unsigned short v;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %2, 0;\n\tmov.b16 %0, 0;\n\t"
+                 "@q ld.global.nc.L1::no_allocate.u16 %0, [%1];\n\t}"
+                 : "=h"(v)
                  : "l"(p), "r"(on));
     return v;
 }
@@ -402,14 +431,57 @@ static __device__ __forceinline__ void d4_stream_ring2(float (*acc)[NT][4], cons
     }
 }
 
+/* Every k-step of the warp loaded at once (KW slots, those past w1 not
+ * loaded), the weights first, then the math: for small N x K at 1-16
+ * tokens, where a warp has at most KW k-steps and the ring's chain of
+ * memory latencies, not the bytes, sets the time. The token pointers move
+ * 32 code bytes and 512 swizzled scale bytes (one 128x4 block column) a
+ * k-step. */
+template <int RT, int NT, int KW>
+static __device__ __forceinline__ void d4_stream_burst(float (*acc)[NT][4], const uint4 *bq,
+                                                       const uint16_t *bs, const uint8_t *aq,
+                                                       const uint8_t *asf, int w0, int w1, int KS,
+                                                       int tile0, int lane, const int *mrow, int KB,
+                                                       int Kbp, size_t arow)
+{
+    if (w0 >= w1) return;
+    const int steps = w1 - w0, kb0 = 4 * w0 + (lane & 3);
+    d4_slot<RT, NT> slot[KW];
+#pragma unroll
+    for (int i = 0; i < RT; i++) {
+        const size_t u0 = ((size_t)(tile0 + i) * KS + w0) * 32 + lane;
+#pragma unroll
+        for (int u = 0; u < KW; u++) {
+            slot[u].w[i] = ldg_stream16_or_zero(bq + u0 + (size_t)u * 32, u < steps);
+            slot[u].ws[i] = ldg_stream2_or_zero(bs + u0 + (size_t)u * 32, u < steps);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int64_t r = mrow[n] >= 0 ? mrow[n] : 0;
+        const uint8_t *q = aq + (size_t)r * arow + (size_t)kb0 * 8;
+        const uint8_t *qs = asf + swz_off(r, kb0, Kbp);
+#pragma unroll
+        for (int u = 0; u < KW; u++) {
+            const int on = mrow[n] >= 0 && u < steps && kb0 + 4 * u < KB;
+            slot[u].q[n] = ldg_or_zero8(q + (size_t)u * 32, on);
+            slot[u].qs[n] = ldg_or_zero1(qs + (size_t)u * 512, on);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < KW; u++)
+        if (u < steps) d4_math<RT, NT>(slot[u], acc);
+}
+
 /* grid (row blocks, K splits, token chunks); block D4_THREADS.
  * bq/bs: packed weights; aq [M, K/2], asf swizzled; ws fp32 [zc*8*NT][Np] and
  * counters [row blocks * zc] (S > 1 without clusters only); kper k-steps per
  * split; zero is 0 (ring_after). A launch with clusters of the S splits of a
  * tile reduces them there. KPS k-steps a ring stage: 2 takes the registers of
- * a second block per SM. */
-template <int RT, int NT, int KPS>
-__global__ void __launch_bounds__(D4_THREADS, KPS == 1 ? 2 : 1)
+ * a second block per SM. KW > 0: no ring, the warp's at most KW k-steps
+ * loaded at once (d4_stream_burst), one block per SM. */
+template <int RT, int NT, int KPS, int KW>
+__global__ void __launch_bounds__(D4_THREADS, KPS == 1 && KW == 0 ? 2 : 1)
 fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict__ bs,
                    const uint8_t *__restrict__ aq, const uint8_t *__restrict__ asf,
                    __nv_bfloat16 *__restrict__ d, float *__restrict__ ws,
@@ -445,7 +517,10 @@ fp4_sm90_decode_kernel(const uint4 *__restrict__ bq, const uint16_t *__restrict_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][n][e] = 0.0f;
 
-    if (KPS == 1)
+    if (KW > 0)
+        d4_stream_burst<RT, NT, (KW > 0 ? KW : 1)>(acc, bq, bs, aq, asf, w0, w1, KS, tile0, lane,
+                                                    mrow, KB, Kbp, arow);
+    else if (KPS == 1)
         d4_stream_ring1<RT, NT>(acc, bq, bs, aq, asf, w0, w1, KS, tile0, lane, mrow, KB, Kbp, arow);
     else
         d4_stream_ring2<RT, NT>(acc, bq, bs, aq, asf, w0, w1, KS, tile0, lane, mrow, KB, Kbp, arow,
@@ -505,6 +580,7 @@ typedef void (*d4_kernel_fn)(const uint4 *, const uint16_t *, const uint8_t *, c
 typedef struct d4_cfg {
     int rt, nt;             /* tiles per warp, token tiles per chunk */
     int kps;                /* k-steps a register-ring stage */
+    int kw;                 /* > 0: no ring, up to kw k-steps a warp loaded at once */
     int cl;                 /* S > 1 splits may be reduced in a cluster (S <= D4_MAX_CLUSTER) */
     int rbs, S, kper, zc;   /* row blocks, K splits, k-steps per split, token chunks */
     size_t smem;
@@ -547,14 +623,34 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
      * H100 they win 8-16% there and lose 3-19% at 1 and 16 tokens */
     c->kps = c->nt == 4 && c->rbs >= 32 && (int64_t)c->rbs * c->S * c->zc <= sms ? 2 : 1;
     c->cl = c->nt == 4 && c->S > 1 && c->S <= D4_MAX_CLUSTER;
+    /* 1-16 tokens where a block a 16-row tile fits the SMs at once and a warp
+     * has at most D4_BURST_MAX k-steps: no ring and no K split (a forced
+     * split count keeps the ring) */
+    const int64_t tiles = Np / 16, per = (KS + D4_WARPS - 1) / D4_WARPS;
+    if (splits == 0 && c->nt <= 2 && tiles <= sms && per <= D4_BURST_MAX) {
+        c->rt = 1;
+        c->rbs = (int)tiles;
+        c->kper = (int)KS;
+        c->S = 1;
+        c->kps = 1;
+        c->cl = 0;
+        c->kw = per <= 4 ? 4 : per <= 8 ? 8 : per <= 12 ? 12 : 16;
+    }
     c->smem = (size_t)D4_WARPS * (size_t)(8 * c->nt) * (size_t)(16 * c->rt + 4) * sizeof(float);
 }
 
-static d4_kernel_fn d4_kernel(int rt, int nt, int kps)
+static d4_kernel_fn d4_kernel(int rt, int nt, int kps, int kw)
 {
-    if (kps == 2) return fp4_sm90_decode_kernel<2, 4, 2>; /* d4_plan: only with nt = 4 */
-    if (rt == 4) return nt == 1 ? fp4_sm90_decode_kernel<4, 1, 1> : fp4_sm90_decode_kernel<4, 2, 1>;
-    return fp4_sm90_decode_kernel<2, 4, 1>;
+    if (kw > 0) { /* d4_plan: rt = 1, nt <= 2 */
+        const d4_kernel_fn one[4] = {fp4_sm90_decode_kernel<1, 1, 1, 4>, fp4_sm90_decode_kernel<1, 1, 1, 8>,
+                                     fp4_sm90_decode_kernel<1, 1, 1, 12>, fp4_sm90_decode_kernel<1, 1, 1, 16>};
+        const d4_kernel_fn two[4] = {fp4_sm90_decode_kernel<1, 2, 1, 4>, fp4_sm90_decode_kernel<1, 2, 1, 8>,
+                                     fp4_sm90_decode_kernel<1, 2, 1, 12>, fp4_sm90_decode_kernel<1, 2, 1, 16>};
+        return nt == 1 ? one[kw / 4 - 1] : two[kw / 4 - 1];
+    }
+    if (kps == 2) return fp4_sm90_decode_kernel<2, 4, 2, 0>; /* d4_plan: only with nt = 4 */
+    if (rt == 4) return nt == 1 ? fp4_sm90_decode_kernel<4, 1, 1, 0> : fp4_sm90_decode_kernel<4, 2, 1, 0>;
+    return fp4_sm90_decode_kernel<2, 4, 1, 0>;
 }
 
 static size_t d4_counters_bytes(int64_t m, int64_t n)
@@ -637,7 +733,7 @@ fp4_status fp4_sm90_decode_launch(const fp4_sm90_gemm_args *a, cudaStream_t stre
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4-sm90 decode: workspace missing or too small");
     unsigned *counters = (unsigned *)a->workspace;
     float *ws = a->workspace ? (float *)((char *)a->workspace + d4_counters_bytes(a->m, a->n)) : NULL;
-    const d4_kernel_fn fn = d4_kernel(c.rt, c.nt, c.kps);
+    const d4_kernel_fn fn = d4_kernel(c.rt, c.nt, c.kps, c.kw);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)c.rbs, (unsigned)c.S, (unsigned)c.zc);
     cfg.blockDim = dim3(D4_THREADS);
