@@ -284,7 +284,7 @@ check_sanitizer() {
   # Small shapes that the forced kernel accepts: M and N not multiples of the
   # tiles, K with a tail past the 64/128-wide K steps (48, 176, 496), K splits
   # (6144, 2880). Large K on the large-M kernels makes racecheck very slow.
-  local cases=${SAN_CASES:-"decode:3x200x48,17x768x2880 mid:129x256x6144,200x1001x2880,77x1001x176 prefill:2048x384x2880,2100x200x176 prefill-wide:2048x4096x176,2100x4100x496"}
+  local cases=${SAN_CASES:-"decode:3x200x48,12x200x2080,17x768x2880 mid:129x256x6144,200x1001x2880,77x1001x176 prefill:2048x384x2880,2100x200x176 prefill-wide:2048x4096x176,2100x4100x496"}
   local tool kc k shapes rc summary variants verdict t=$tmp/san.txt csv=$tmp/san.csv
   say "== compute-sanitizer ($SAN), one line per tool and kernel"
   for tool in memcheck racecheck; do
