@@ -448,16 +448,16 @@ int main(void)
     /* 2. each kernel forced on shapes of its regime and on tails: M, N and K
      * not multiples of any tile (1, 3, 17, 129, 203, 1001), K of one partial
      * k-step (16, 48) and with a partial last one (2080, 1040, 5200, 8144),
-     * N % 4 != 0; at 1-16 tokens and N <= 2112 the burst loop with 4, 8 and
-     * 12 slots at 1-8 tokens and 4 and 8 at 9-16, and the ring just past its
-     * limits (13 and 9 k-steps a warp) */
+     * N % 4 != 0; at 1-16 tokens and 256 <= N <= 2112 the burst loop with 4,
+     * 8 and 12 slots at 1-8 tokens and 4 and 8 at 9-16, and the ring just
+     * past its limits (13 and 7-8 k-steps a warp, 12 tiles) */
     static const int64_t decode_shapes[][3] = {
         {1, 2048, 6144}, {3, 200, 2880},  {16, 2048, 6144}, {17, 768, 48},    {64, 768, 6144},
         {129, 8, 2880},  {16, 1, 16},     {2, 5, 16},       {32, 200, 2880},  {150, 2048, 6144},
         {16, 8192, 8192}, {16, 28672, 4096}, {32, 2048, 6144}, {24, 1024, 2880}, {16, 1024, 8192},
         {8, 2112, 7168}, {12, 200, 2080}, {5, 130, 1040}, {16, 640, 5200}, {10, 2112, 8144},
-        {8, 2112, 6096}, {5, 130, 4000}, {16, 640, 4000}, {10, 208, 1968}, {3, 1000, 6160},
-        {12, 520, 4112},
+        {8, 2112, 6096}, {5, 260, 4000}, {16, 640, 4000}, {10, 208, 1968}, {3, 1000, 6160},
+        {12, 520, 3520}, {1, 1000, 1040},
     };
     static const int64_t mid_shapes[][3] = {
         {65, 2048, 6144},  {128, 770, 2880},   {129, 768, 6144}, {256, 2048, 6144}, {600, 2048, 2880},

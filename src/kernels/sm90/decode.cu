@@ -24,9 +24,9 @@
  *   8 warps a block split the block's K range; grid = row blocks x K splits x
  *   token chunks, sized for about two blocks per SM (one from 32 row blocks
  *   up).
- * - Small N x K at 1-16 tokens (every 16-row tile a block, the blocks fit the
- *   SMs at once, at most 12 k-steps a warp at 1-8 tokens and 8 at 9-16): no
- *   ring and no K split. Each
+ * - Small N x K at 1-16 tokens (every 16-row tile a block, 16 to the SM
+ *   count of them, at most 12 k-steps a warp at 1-8 tokens and 6 at 9-16):
+ *   no ring and no K split. Each
  *   warp of a tile's block issues the loads of all its k-steps at once, then
  *   runs their math (d4_stream_burst); the block's reduction writes D. One
  *   memory latency instead of the ring's chain of them, and no reduction
@@ -623,20 +623,20 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
      * H100 they win 8-16% there and lose 3-19% at 1 and 16 tokens */
     c->kps = c->nt == 4 && c->rbs >= 32 && (int64_t)c->rbs * c->S * c->zc <= sms ? 2 : 1;
     c->cl = c->nt == 4 && c->S > 1 && c->S <= D4_MAX_CLUSTER;
-    /* 1-16 tokens where a block a 16-row tile fits the SMs at once and a warp
-     * has at most 12 k-steps (1-8 tokens) or 8 (9-16): no ring and no K split
-     * (a forced split count keeps the ring). Measured on an H100: 5-24% faster
-     * there; at 16 tokens with 12 k-steps a warp 5-6% slower, with 16 up to
-     * 1.6x slower. */
+    /* 1-16 tokens where a block a 16-row tile fits the SMs at once (16 tiles
+     * or more) and a warp has at most 12 k-steps (1-8 tokens) or 6 (9-16): no
+     * ring and no K split (a forced split count keeps the ring). Measured on
+     * an H100 there: 4-52% faster; at 16 tokens with 12 k-steps a warp 5-6%
+     * slower, with 16 up to 1.7x (docs/PERF.md). */
     const int64_t tiles = Np / 16, per = (KS + D4_WARPS - 1) / D4_WARPS;
-    if (splits == 0 && c->nt <= 2 && tiles <= sms && per <= (c->nt == 1 ? 12 : 8)) {
+    if (splits == 0 && c->nt <= 2 && tiles >= 16 && tiles <= sms && per <= (c->nt == 1 ? 12 : 6)) {
         c->rt = 1;
         c->rbs = (int)tiles;
         c->kper = (int)KS;
         c->S = 1;
         c->kps = 1;
         c->cl = 0;
-        c->kw = per <= 4 ? 4 : per <= 8 ? 8 : 12; /* nt = 2: at most 8 */
+        c->kw = per <= 4 ? 4 : per <= 8 ? 8 : 12; /* nt = 2: 4 or 8 */
     }
     c->smem = (size_t)D4_WARPS * (size_t)(8 * c->nt) * (size_t)(16 * c->rt + 4) * sizeof(float);
 }
