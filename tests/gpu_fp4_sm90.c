@@ -448,7 +448,7 @@ int main(void)
     /* 2. each kernel forced on shapes of its regime and on tails: M, N and K
      * not multiples of any tile (1, 3, 17, 129, 203, 1001), K of one partial
      * k-step (16, 48) and with a partial last one (2080, 1040, 5200, 8144),
-     * N % 4 != 0; at 1-16 tokens and 256 <= N <= 2112 the burst loop with 4,
+     * N % 4 != 0; at 1-16 tokens and 193 <= N <= 2112 the burst loop with 4,
      * 8 and 12 slots at 1-8 tokens and 4 and 8 at 9-16, and the ring just
      * past its limits (13 and 7-8 k-steps a warp, 12 tiles) */
     static const int64_t decode_shapes[][3] = {

@@ -26,11 +26,10 @@
  *   up).
  * - Small N x K at 1-16 tokens (every 16-row tile a block, 16 to the SM
  *   count of them, at most 12 k-steps a warp at 1-8 tokens and 6 at 9-16):
- *   no ring and no K split. Each
- *   warp of a tile's block issues the loads of all its k-steps at once, then
- *   runs their math (d4_stream_burst); the block's reduction writes D. One
- *   memory latency instead of the ring's chain of them, and no reduction
- *   through L2.
+ *   no ring and no K split. Each warp of a tile's block issues the loads of
+ *   all its k-steps at once, then runs their math (d4_stream_burst); the
+ *   block's reduction writes D. One memory latency instead of the ring's
+ *   chain of them, and no reduction through L2.
  * - Reduction: warps through shared memory (one barrier). For chunks of 4
  *   token tiles, K splits of up to 8 run as one thread-block cluster a tile
  *   (the splits along grid y): each
