@@ -625,7 +625,7 @@ static void d4_plan(int64_t m, int64_t n, int64_t k, int num_sms, int splits, d4
     /* 1-16 tokens where a block a 16-row tile fits the SMs at once (16 tiles
      * or more) and a warp has at most 12 k-steps (1-8 tokens) or 6 (9-16): no
      * ring and no K split (a forced split count keeps the ring). Measured on
-     * an H100 there: 4-52% faster; at 16 tokens with 12 k-steps a warp 5-6%
+     * an H100 there: 3-52% faster; at 16 tokens with 12 k-steps a warp 5-6%
      * slower, with 16 up to 1.7x (docs/PERF.md). */
     const int64_t tiles = Np / 16, per = (KS + D4_WARPS - 1) / D4_WARPS;
     if (splits == 0 && c->nt <= 2 && tiles >= 16 && tiles <= sms && per <= (c->nt == 1 ? 12 : 6)) {
