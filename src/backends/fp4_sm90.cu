@@ -258,23 +258,13 @@ typedef struct sm90_plan {
 
 static fp4_status sm90_open(void **inst, fp4_err *err)
 {
-    int maj = 0, min = 0, dev = 0;
+    int num_sms = 0;
     *inst = NULL;
-    fp4_err sub;
-    fp4_status st = fp4_gpu_require(9, 0, 9, &maj, &min, &sub);
-    if (st != FP4_OK)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper: H100/H200): %s",
-                        fp4_err_text(&sub));
-    if (min != 0)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper), this GPU is sm_%d%d", maj,
-                        min);
+    fp4_status st = fp4_gpu_require_sm90("fp4-sm90", &num_sms, err);
+    if (st != FP4_OK) return st;
     sm90_inst *s = (sm90_inst *)calloc(1, sizeof *s);
     if (!s) return fp4_fail(err, FP4_ERR_NOMEM, "fp4-sm90: no host memory");
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&s->num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        free(s);
-        return fp4_fail(err, FP4_ERR_CUDA, "fp4-sm90: cannot read the multiprocessor count");
-    }
+    s->num_sms = num_sms;
     if ((st = fp4_sm90_init(err)) != FP4_OK) {
         free(s);
         return st;

@@ -105,20 +105,13 @@ static void loop_close(void *inst_)
 
 static fp4_status loop_open(void **out, fp4_err *err)
 {
-    int maj = 0, min = 0, dev = 0;
-    fp4_err sub;
+    int num_sms = 0;
     *out = NULL;
-    fp4_status st = fp4_gpu_require(9, 0, 9, &maj, &min, &sub);
-    if (st != FP4_OK)
-        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper: H100/H200): %s", fp4_err_text(&sub));
-    if (min != 0) return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper), this GPU is sm_%d%d", maj, min);
+    fp4_status st = fp4_gpu_require_sm90("moe-loop-fp4", &num_sms, err);
+    if (st != FP4_OK) return st;
     loop_inst *inst = (loop_inst *)calloc(1, sizeof *inst);
     if (!inst) return fp4_fail(err, FP4_ERR_NOMEM, "moe-loop-fp4: no host memory");
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&inst->num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        free(inst);
-        return fp4_fail(err, FP4_ERR_CUDA, "moe-loop-fp4: cannot read the multiprocessor count");
-    }
+    inst->num_sms = num_sms;
     if ((st = fp4_sm90_init(err)) != FP4_OK) {
         free(inst);
         return st;

@@ -119,3 +119,21 @@ extern "C" fp4_status fp4_gpu_require(int min_major, int min_minor, int max_majo
                         max_major, maj, min);
     return FP4_OK;
 }
+
+extern "C" fp4_status fp4_gpu_require_sm90(const char *who, int *num_sms, fp4_err *err)
+{
+    int maj = 0, min = 0, dev = 0;
+    fp4_err sub;
+    if (fp4_gpu_require(9, 0, 9, &maj, &min, &sub) != FP4_OK)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper: H100/H200): %s",
+                        fp4_err_text(&sub));
+    if (min != 0)
+        return fp4_fail(err, FP4_ERR_UNSUPPORTED, "needs sm_90 (Hopper), this GPU is sm_%d%d", maj,
+                        min);
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fp4_fail(err, FP4_ERR_CUDA, "%s: cannot read the multiprocessor count", who);
+    }
+    return FP4_OK;
+}

@@ -51,6 +51,12 @@ fp4_status fp4_gpu_read_f32(const void *d, size_t n, float *host, fp4_err *err);
 fp4_status fp4_gpu_require(int min_major, int min_minor, int max_major, int *major,
                            int *minor, fp4_err *err);
 
+/* FP4_OK when the current device is sm_90 (Hopper) exactly, with its
+ * multiprocessor count in *num_sms; else FP4_ERR_UNSUPPORTED with the reason,
+ * or FP4_ERR_CUDA naming `who` when the count cannot be read. For the
+ * backends whose kernels are built for sm_90a only. */
+fp4_status fp4_gpu_require_sm90(const char *who, int *num_sms, fp4_err *err);
+
 #ifdef __cplusplus
 }
 #endif
