@@ -12,4 +12,7 @@ rm -rf -- "$dir"
 mkdir -p -- "$dir"
 git archive "$commit" | tar -x -C "$dir"
 echo "$commit" >"$dir/.fp4-commit"
+# the tree's own .gitignore ignores its /.fp4-commit, and a copy that follows
+# git's ignore rules (the device tool's) would then drop the stamp
+[ -f "$dir/.gitignore" ] && echo '!/.fp4-commit' >>"$dir/.gitignore"
 echo "$dir: $rev ($commit)"
