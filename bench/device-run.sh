@@ -54,6 +54,10 @@ Several modes run one after the other on one build. Modes:
   moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
            GLM-5 timed), as in moe-stream
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
+  moe-fixed build; moe-fp4-sm90 at T = 1 (W4A16, random routing, E = 256,
+           top-8) with H and I varied, gate_up and down: time against the
+           weight bytes read, and a line fitted to each (the intercept is the
+           cost of a launch whatever its bytes, the slope the streaming rate)
   tensor-rate build; fp4_tensor_rate (bench/tensor_rate.cu): the bf16 tensor
            rate of mma.sync and of wgmma (A from registers or shared memory)
            at N = 8 .. 32, into OUT/tensor-rate.txt
@@ -118,7 +122,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-ab | moe-kab | tensor-rate | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -582,6 +586,39 @@ mode_moe_quick() {
   moe_run quick --model glm5 --tokens 1,512 --step gate_up,down --backend moe-fp4-sm90
 }
 
+# The streaming kernel's fixed cost: at T = 1 every block runs about one unit,
+# so time against bytes, over sizes, separates the start and end of a launch
+# (the intercept) from the streaming rate (the slope).
+mode_moe_fixed() {
+  local d step rc csv=$OUT/moe-fixed.csv
+  say "== moe-fp4-sm90 at T = 1, H,I varied -> $csv"
+  rm -f "$csv"
+  for d in 1536,2048 3072,2048 6144,2048 12288,2048 6144,512 6144,1024 6144,4096; do
+    for step in gate_up down; do
+      timeout 120 $B moe --dims "$d,256,8" --tokens 1 --step $step --mode w4a16 \
+        --backend moe-fp4-sm90 --data codes --max-time "${MAX_TIME:-1}" --no-ceilings --quiet \
+        --csv "$tmp/fixed.csv" >"$tmp/fixed.txt" 2>&1
+      rc=$?
+      cat "$tmp/fixed.txt" >>"$log"
+      [ $rc -eq 0 ] || { fail "moe-fixed $d $step (exit $rc)"; continue; }
+      if [ -f "$csv" ]; then tail -n +2 "$tmp/fixed.csv" >>"$csv"; else cp "$tmp/fixed.csv" "$csv"; fi
+    done
+  done
+  [ -f "$csv" ] && python3 - "$csv" <<'PY' 2>&1 | tee -a "$log"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for step in ("gate_up", "down"):
+    pts = [(float(r["weight_bytes"]) / 1e6, float(r["median_us"]), r) for r in rows if r["moe_step"] == step]
+    for mb, us, r in pts:
+        print("%-7s N %6s K %6s  %8.2f us  %6.1f MB  %5.0f GB/s  %s MHz" % (step, r["n"], r["k"], us, mb, mb / us * 1e3, r["sm_clock_mhz"]))
+    if len(pts) >= 2:
+        n = len(pts); sx = sum(p[0] for p in pts); sy = sum(p[1] for p in pts)
+        sxx = sum(p[0] * p[0] for p in pts); sxy = sum(p[0] * p[1] for p in pts)
+        slope = (n * sxy - sx * sy) / (n * sxx - sx * sx); icpt = (sy - slope * sx) / n
+        print("%-7s fit: %.2f us + bytes at %.0f GB/s" % (step, icpt, 1e3 / slope))
+PY
+}
+
 # MoE candidates side by side: this tree and each of ALT_TREES (folders with
 # another tree's source) built, each one's grouped-kernel test run (only this
 # tree's with AB_CHECK=first), then the same fp4bench moe rows (moe-fp4-sm90
@@ -868,6 +905,7 @@ if [ $built = 1 ]; then
       moe-json-stream) moe_stream_runs ;;
       moe-time) moe_time_alone ;;
       moe-quick) mode_moe_quick ;;
+      moe-fixed) mode_moe_fixed ;;
       moe-ab) mode_moe_ab ;;
       moe-kab) mode_moe_kab ;;
       moe-tree) mode_moe_tree ;;
