@@ -36,5 +36,15 @@ void cli_stamp_report(fp4_report *r, const char *command, int argc, char **argv)
 int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given);
 /* --json -: the whole report to stdout. */
 fp4_status cli_json_to_stdout(const fp4_report *report, fp4_err *err);
+/* --json FILE and --csv as the rows arrive: the JSON rewritten whole, a CSV
+ * line appended (the GPU-column form when the report has GPUs). A failure is
+ * a warning, so the run goes on; write_failed then makes its exit status
+ * say so (the JSON is not retried after its first failure). */
+typedef struct cli_row_files {
+    const char *json_path; /* NULL: none, or the report goes to stdout at the end */
+    FILE *csv;             /* NULL: none */
+    int write_failed;
+} cli_row_files;
+void cli_row_files_write(cli_row_files *f, const fp4_report *report, const fp4_row *row);
 
 #endif

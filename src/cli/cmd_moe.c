@@ -74,24 +74,15 @@ static const char moe_usage[] =
     "             3 runtime error (a bad trace file, a CUDA failure), 130 interrupted\n";
 
 typedef struct moe_ctx {
-    const char *json_path;
-    FILE *csv;
+    cli_row_files files; /* --json FILE, --csv */
     int progress, total, done;
-    int write_failed;
 } moe_ctx;
 
 static void on_row(const fp4_report *report, const fp4_row *row, void *user)
 {
     moe_ctx *ctx = user;
-    fp4_err err;
     ctx->done++;
-    if (ctx->json_path && !ctx->write_failed &&
-        fp4_report_write_json(ctx->json_path, report, &err) != FP4_OK) {
-        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
-        ctx->write_failed = 1;
-    }
-    if (ctx->csv && fp4_csv_write_row(ctx->csv, row, &err) != FP4_OK)
-        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+    cli_row_files_write(&ctx->files, report, row);
     if (ctx->progress) {
         fprintf(stderr, "\r\033[K[%d/%d] %s T=%lld %s: %s", ctx->done, ctx->total, row->label,
                 (long long)row->shape.m, row->backend, fp4_row_state_name(row->state));
@@ -425,7 +416,7 @@ int cmd_moe(int argc, char **argv)
 
     if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
         cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
-    if (json_arg && strcmp(json_arg, "-") != 0) ctx.json_path = json_arg;
+    if (json_arg && strcmp(json_arg, "-") != 0) ctx.files.json_path = json_arg;
     if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0)) out = stderr;
 
     /* backends and the baseline */
@@ -457,12 +448,12 @@ int cmd_moe(int argc, char **argv)
     if (fp4_moe_engine_create(engine, &report, &moe, &err) != FP4_OK) cli_die(a.cmd, &err);
     cli_stamp_report(&report, "fp4bench moe", argc, argv);
     if (csv_path) {
-        ctx.csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
-        if (!ctx.csv) {
+        ctx.files.csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
+        if (!ctx.files.csv) {
             fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
             cli_die(a.cmd, &err);
         }
-        if (fp4_csv_write_header_moe(ctx.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
+        if (fp4_csv_write_header_moe(ctx.files.csv, &err) != FP4_OK) cli_die(a.cmd, &err);
     }
     int nsteps = 0, nmodes = 0;
     for (int s = 0; s < FP4_MOE_STEP_COUNT; s++) nsteps += (steps >> s) & 1;
@@ -483,7 +474,7 @@ int cmd_moe(int argc, char **argv)
             fp4_moe_act_name(dims.act), dims.experts * fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e9,
             fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e6);
     fflush(out);
-    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK) cli_die(a.cmd, &err);
 
     cli_catch_sigint();
     for (int s = 0; s < FP4_MOE_STEP_COUNT && rc == 0; s++) {
@@ -507,7 +498,7 @@ int cmd_moe(int argc, char **argv)
                     report.interrupted = 1;
                     if (ctx.progress) fputs("\r\033[K", stderr);
                     fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
-                    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+                    if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK)
                         fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
                     rc = EXIT_INTERRUPTED;
                 } else if (cst != FP4_OK) {
@@ -530,8 +521,8 @@ int cmd_moe(int argc, char **argv)
     signal(SIGINT, SIG_DFL);
     for (int i = 0; i < report.nrows; i++)
         if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
-    if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
-    if (ctx.csv && ctx.csv != stdout && fclose(ctx.csv) != 0) {
+    if (ctx.files.write_failed && rc == 0) rc = EXIT_RUNTIME;
+    if (ctx.files.csv && ctx.files.csv != stdout && fclose(ctx.files.csv) != 0) {
         fprintf(stderr, "%s: error: cannot write %s\n", a.cmd, csv_path);
         if (rc == 0) rc = EXIT_RUNTIME;
     }

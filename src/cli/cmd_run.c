@@ -88,28 +88,18 @@ static const char run_usage[] =
 typedef struct run_ctx {
     const char *cmd;       /* for messages */
     FILE *out;             /* header and table */
-    const char *json_path; /* NULL: none, or JSON to stdout (written at the end) */
-    FILE *csv;
+    cli_row_files files; /* --json FILE, --csv */
     int progress;
     int total, done;
     fp4_err err;
-    int write_failed;
     int ready; /* --gpus: the header was printed, the cases began */
 } run_ctx;
 
 static void on_row(const fp4_report *report, const fp4_row *row, void *user)
 {
     run_ctx *ctx = user;
-    fp4_err err;
     ctx->done++;
-    if (ctx->json_path && !ctx->write_failed &&
-        fp4_report_write_json(ctx->json_path, report, &err) != FP4_OK) {
-        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
-        ctx->write_failed = 1;
-    }
-    if (ctx->csv && (report->ngpus > 0 ? fp4_csv_write_row_gpus(ctx->csv, row, &err)
-                                       : fp4_csv_write_row(ctx->csv, row, &err)) != FP4_OK)
-        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+    cli_row_files_write(&ctx->files, report, row);
     if (ctx->progress) {
         char gpu[24] = "";
         if (report->ngpus > 0) snprintf(gpu, sizeof gpu, " GPU %d", row->gpu);
@@ -129,7 +119,7 @@ static int on_gpus_ready(fp4_report *report, void *user)
     if (ctx->progress) fputs("\r\033[K", stderr);
     fp4_report_print_header(ctx->out, report);
     fflush(ctx->out);
-    if (ctx->json_path && fp4_report_write_json(ctx->json_path, report, &ctx->err) != FP4_OK)
+    if (ctx->files.json_path && fp4_report_write_json(ctx->files.json_path, report, &ctx->err) != FP4_OK)
         return 1;
     cli_catch_sigint();
     ctx->ready = 1;
@@ -271,7 +261,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
     memset(&gpus, 0, sizeof gpus);
     if (gpus_arg) resolve_gpus(&a, gpus_arg, &gpus);
-    if (json_arg && strcmp(json_arg, "-") != 0) ctx.json_path = json_arg;
+    if (json_arg && strcmp(json_arg, "-") != 0) ctx.files.json_path = json_arg;
     if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0))
         out = stderr;
     if (cases.count == 0 && fp4_cases_from_preset(&cases, "seed", &err) != FP4_OK) cli_die(a.cmd, &err);
@@ -314,17 +304,17 @@ int cmd_run(int argc, char **argv, int default_suite)
     cli_stamp_report(&report, default_suite ? "fp4bench" : "fp4bench run", argc, argv);
 
     if (csv_path && strcmp(csv_path, "-") == 0) {
-        ctx.csv = stdout;
-        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.csv, &err) : fp4_csv_write_header(ctx.csv, &err)) !=
+        ctx.files.csv = stdout;
+        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.files.csv, &err) : fp4_csv_write_header(ctx.files.csv, &err)) !=
             FP4_OK)
             cli_die(a.cmd, &err);
     } else if (csv_path) {
-        ctx.csv = fopen(csv_path, "w");
-        if (!ctx.csv) {
+        ctx.files.csv = fopen(csv_path, "w");
+        if (!ctx.files.csv) {
             fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
             cli_die(a.cmd, &err);
         }
-        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.csv, &err) : fp4_csv_write_header(ctx.csv, &err)) !=
+        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.files.csv, &err) : fp4_csv_write_header(ctx.files.csv, &err)) !=
             FP4_OK)
             cli_die(a.cmd, &err);
     }
@@ -347,7 +337,7 @@ int cmd_run(int argc, char **argv, int default_suite)
         if (gst == FP4_ERR_INTERRUPTED) {
             report.interrupted = 1;
             fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
-            if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+            if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK)
                 fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
             rc = EXIT_INTERRUPTED;
         } else if (gst != FP4_OK || ctx.err.msg[0]) {
@@ -372,7 +362,7 @@ int cmd_run(int argc, char **argv, int default_suite)
     }
     fp4_report_print_header(out, &report);
     fflush(out);
-    if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+    if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK)
         cli_die(a.cmd, &err);
 
     cli_catch_sigint();
@@ -383,7 +373,7 @@ int cmd_run(int argc, char **argv, int default_suite)
             report.interrupted = 1;
             if (ctx.progress) fputs("\r\033[K", stderr);
             fprintf(stderr, "%s: interrupted: %d rows kept\n", a.cmd, report.nrows);
-            if (ctx.json_path && fp4_report_write_json(ctx.json_path, &report, &err) != FP4_OK)
+            if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK)
                 fprintf(stderr, "%s: error: %s\n", a.cmd, fp4_err_text(&err));
             rc = EXIT_INTERRUPTED;
             break;
@@ -407,9 +397,9 @@ report:
     signal(SIGINT, SIG_DFL); /* the work is kept; from here Ctrl-C ends the program */
     for (int i = 0; i < report.nrows; i++)
         if (report.rows[i].state == FP4_ROW_FAILED && rc == 0) rc = EXIT_CHECK;
-    if (ctx.write_failed && rc == 0) rc = EXIT_RUNTIME;
+    if (ctx.files.write_failed && rc == 0) rc = EXIT_RUNTIME;
 
-    if (ctx.csv && ctx.csv != stdout && fclose(ctx.csv) != 0) {
+    if (ctx.files.csv && ctx.files.csv != stdout && fclose(ctx.files.csv) != 0) {
         fprintf(stderr, "%s: error: cannot write %s\n", a.cmd, csv_path);
         if (rc == 0) rc = EXIT_RUNTIME;
     }

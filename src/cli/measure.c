@@ -1,5 +1,5 @@
 /* What the measuring commands (run, moe) share: the report's stamp, Ctrl-C,
- * and the JSON on stdout. */
+ * the JSON and CSV written as rows arrive, and the JSON on stdout. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -143,4 +143,18 @@ int cli_measure_option(cli_args *a, fp4_settings *set, int *max_time_given)
         return 0;
     }
     return 1;
+}
+
+void cli_row_files_write(cli_row_files *f, const fp4_report *report, const fp4_row *row)
+{
+    fp4_err err;
+    if (f->json_path && !f->write_failed && fp4_report_write_json(f->json_path, report, &err) != FP4_OK) {
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+        f->write_failed = 1;
+    }
+    if (f->csv && (report->ngpus > 0 ? fp4_csv_write_row_gpus(f->csv, row, &err)
+                                     : fp4_csv_write_row(f->csv, row, &err)) != FP4_OK) {
+        fprintf(stderr, "fp4bench: warning: %s\n", fp4_err_text(&err));
+        f->write_failed = 1;
+    }
 }
