@@ -135,6 +135,25 @@ static const char *layer_flag(const cli_args *a, const char *flag, const char *v
     return v;
 }
 
+/* The operand options gemm and check share (--a, --b, --a-name, --b-name):
+ * if argv[i] is one, its value into oa or ob, advance and return 1. */
+static int operand_option(cli_args *a, operand *oa, operand *ob)
+{
+    const char *v;
+    if (cli_value(a, "--a", &v)) {
+        oa->path = v;
+    } else if (cli_value(a, "--b", &v)) {
+        ob->path = v;
+    } else if (cli_value(a, "--a-name", &v)) {
+        oa->layer = layer_flag(a, "--a-name", v);
+    } else if (cli_value(a, "--b-name", &v)) {
+        ob->layer = layer_flag(a, "--b-name", v);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* Load one operand: a layer name the loader refuses is a usage error; a
  * missing tensor of a file read without a name says which flag picks one. */
 static void load_operand(const cli_args *a, operand *op, fp4_matrix *m)
@@ -218,14 +237,7 @@ int cmd_gemm(int argc, char **argv)
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(gemm_usage, stdout);
             return 0;
-        } else if (cli_value(&a, "--a", &v)) {
-            oa.path = v;
-        } else if (cli_value(&a, "--b", &v)) {
-            ob.path = v;
-        } else if (cli_value(&a, "--a-name", &v)) {
-            oa.layer = layer_flag(&a, "--a-name", v);
-        } else if (cli_value(&a, "--b-name", &v)) {
-            ob.layer = layer_flag(&a, "--b-name", v);
+        } else if (operand_option(&a, &oa, &ob)) {
         } else if (cli_value(&a, "--out", &v)) {
             out = v;
         } else if (cli_value(&a, "--backend", &v)) {
@@ -320,14 +332,7 @@ int cmd_check(int argc, char **argv)
         if (cli_flag(&a, "--help") || cli_flag(&a, "-h")) {
             fputs(check_usage, stdout);
             return 0;
-        } else if (cli_value(&a, "--a", &v)) {
-            oa.path = v;
-        } else if (cli_value(&a, "--b", &v)) {
-            ob.path = v;
-        } else if (cli_value(&a, "--a-name", &v)) {
-            oa.layer = layer_flag(&a, "--a-name", v);
-        } else if (cli_value(&a, "--b-name", &v)) {
-            ob.layer = layer_flag(&a, "--b-name", v);
+        } else if (operand_option(&a, &oa, &ob)) {
         } else if (cli_value(&a, "--d", &v)) {
             pd = v;
         } else if (cli_value(&a, "--tol-max", &v)) {
