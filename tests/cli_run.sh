@@ -85,6 +85,12 @@ if [ -w /dev/full ]; then
     [ $? -eq 3 ] && grep -q "cannot write to stdout" "$TMP/full.err" || fail "--help into a full stdout: $(cat "$TMP/full.err")"
     "$FP4" list >/dev/full 2>"$TMP/full.err"
     [ $? -eq 3 ] || fail "list into a full stdout did not exit 3: $(cat "$TMP/full.err")"
+    # a CSV that cannot be written fails the run, whether its lines or its close fail
+    checks=$((checks + 2))
+    "$FP4" run --backend cpu-ref --shape 16x64x64 --max-time 0.05 --csv /dev/full >"$TMP/full.out" 2>"$TMP/full.err"
+    [ $? -eq 3 ] && grep -q "cannot write the CSV" "$TMP/full.err" || fail "run --csv /dev/full: $(cat "$TMP/full.err")"
+    "$FP4" run --backend cpu-ref --shape 16x64x64 --max-time 0.05 --csv - >/dev/full 2>"$TMP/full.err"
+    [ $? -eq 3 ] || fail "run --csv - into a full stdout did not exit 3: $(cat "$TMP/full.err")"
 fi
 
 finish
