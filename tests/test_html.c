@@ -341,6 +341,11 @@ static void test_gpus(void)
         /* the per-GPU spread: GPU 1 4.8% over the median of two, marked S */
         CHECK(count(h, "<section id=\"gpus\">") == 1 && count(h, "<table class=\"spread\"") == 1);
         CHECK(strstr(h, "<th title=\"NVIDIA H200, 0000:1a:00.0\">GPU 1</th>") != NULL);
+        /* a case's cells, in the spread table and in the table's row of each GPU */
+        CHECK(count(h, "<tr><td>up</td><td class=\"num\">16</td><td class=\"num\">2048</td>"
+                       "<td class=\"num\">6144</td><td>fp4-sm90</td>") == 1);
+        CHECK(count(h, "data-gpu=\"0\"><td>up</td><td class=\"num\">16</td><td class=\"num\">2048</td>"
+                       "<td class=\"num\">6144</td><td>fp4-sm90</td>") == 1);
         /* five cases, and GPU 0's geometric mean; where GPU 1 FAILED, nothing to compare */
         CHECK(count(h, "<td class=\"num\" data-gpu=\"0\">-4.8%</td>") == 6);
         CHECK(count(h, "<td class=\"num\" data-gpu=\"0\">-</td>") == 1);

@@ -1606,6 +1606,24 @@ static void put_number_cell(FILE *f, const char *s)
     fputs("</td>", f);
 }
 
+/* A row's case: its label, M, N, K and backend cells. */
+static void put_case_cells(FILE *f, const fp4_row *w)
+{
+    char b[32];
+    fputs("<td>", f);
+    put_text(f, w->label);
+    fputs("</td>", f);
+    snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
+    put_number_cell(f, b);
+    snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
+    put_number_cell(f, b);
+    snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
+    put_number_cell(f, b);
+    fputs("<td>", f);
+    put_text(f, w->backend);
+    fputs("</td>", f);
+}
+
 /* The excess of a row over its GPUs' median, "+10.0%" (C locale). */
 static void fmt_excess(char *b, size_t n, double excess)
 {
@@ -1659,18 +1677,7 @@ static void write_table(FILE *f, const report_model *model, int run)
             if (model->gpus[run].analysis.marks[i].slow) fputs(" data-slow=\"1\"", f);
         }
         fputs(">", f);
-        fputs("<td>", f);
-        put_text(f, w->label);
-        fputs("</td>", f);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
-        put_number_cell(f, b);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
-        put_number_cell(f, b);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
-        put_number_cell(f, b);
-        fputs("<td>", f);
-        put_text(f, w->backend);
-        fputs("</td>", f);
+        put_case_cells(f, w);
         if (split) put_gpu_cell(f, model, run, i);
         fputs("<td>", f);
         put_text(f, w->variant);
@@ -1785,18 +1792,8 @@ static fp4_status write_spread_table(FILE *f, const report_model *model, int run
     for (int gi = 0; gi < a->ngroups; gi++) {
         const fp4_gpu_group *gr = &a->groups[gi];
         const fp4_row *w = &rep->rows[gr->first_row];
-        fputs("<tr><td>", f);
-        put_text(f, w->label);
-        fputs("</td>", f);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
-        put_number_cell(f, b);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
-        put_number_cell(f, b);
-        snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
-        put_number_cell(f, b);
-        fputs("<td>", f);
-        put_text(f, w->backend);
-        fputs("</td>", f);
+        fputs("<tr>", f);
+        put_case_cells(f, w);
         fmt_us(b, sizeof b, gr->median_us);
         put_number_cell(f, b);
         if (isfinite(gr->spread)) snprintf(b, sizeof b, "%.1f%%", 100.0 * gr->spread);
