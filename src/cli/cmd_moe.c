@@ -474,7 +474,8 @@ int cmd_moe(int argc, char **argv)
             fp4_moe_act_name(dims.act), dims.experts * fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e9,
             fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e6);
     fflush(out);
-    if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK) cli_die(a.cmd, &err);
+    if (ctx.files.json_path && fp4_report_write_json(ctx.files.json_path, &report, &err) != FP4_OK)
+        cli_die(a.cmd, &err);
 
     cli_catch_sigint();
     for (int s = 0; s < FP4_MOE_STEP_COUNT && rc == 0; s++) {

@@ -303,20 +303,15 @@ int cmd_run(int argc, char **argv, int default_suite)
     /* argv[0] is "run" for the subcommand, the program path for the default suite */
     cli_stamp_report(&report, default_suite ? "fp4bench" : "fp4bench run", argc, argv);
 
-    if (csv_path && strcmp(csv_path, "-") == 0) {
-        ctx.files.csv = stdout;
-        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.files.csv, &err) : fp4_csv_write_header(ctx.files.csv, &err)) !=
-            FP4_OK)
-            cli_die(a.cmd, &err);
-    } else if (csv_path) {
-        ctx.files.csv = fopen(csv_path, "w");
-        if (!ctx.files.csv) {
+    if (csv_path) {
+        FILE *csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
+        if (!csv) {
             fp4_fail(&err, FP4_ERR_IO, "cannot write %s", csv_path);
             cli_die(a.cmd, &err);
         }
-        if ((gpus_arg ? fp4_csv_write_header_gpus(ctx.files.csv, &err) : fp4_csv_write_header(ctx.files.csv, &err)) !=
-            FP4_OK)
+        if ((gpus_arg ? fp4_csv_write_header_gpus(csv, &err) : fp4_csv_write_header(csv, &err)) != FP4_OK)
             cli_die(a.cmd, &err);
+        ctx.files.csv = csv;
     }
     ctx.progress = !quiet && isatty(2);
     ctx.total = cases.count * nbackends * (gpus_arg ? gpus.n : 1);
