@@ -25,6 +25,7 @@
 #include "fp4/io.h"
 #include "io/file.h"
 #include "multigpu/pergpu.h"
+#include "report/fmt.h"
 #include "report/svg.h"
 
 /* Beyond these a plot would be too large to read; the rest is in the tables
@@ -224,35 +225,6 @@ fp4_status fp4_report_run_read(const char *path, fp4_report_run *run, fp4_err *e
 /* number formats (C locale, as the table's)                                */
 /* ======================================================================== */
 
-static void point_not_comma(char *b)
-{
-    for (; *b; b++)
-        if (*b == ',') *b = '.';
-}
-
-/* A time in us with about 4 significant digits; "-" when unknown. */
-static void fmt_us(char *b, size_t n, double v)
-{
-    if (!isfinite(v)) snprintf(b, n, "-");
-    else if (fabs(v) < 10.0) snprintf(b, n, "%.3f", v);
-    else if (fabs(v) < 100.0) snprintf(b, n, "%.2f", v);
-    else if (fabs(v) < 1000.0) snprintf(b, n, "%.1f", v);
-    else snprintf(b, n, "%.0f", v);
-    point_not_comma(b);
-}
-
-/* A rate with about 3 significant digits; "-" when unknown or negative. */
-static void fmt_rate(char *b, size_t n, double v)
-{
-    if (!isfinite(v) || v < 0.0) snprintf(b, n, "-");
-    else if (v >= 100.0) snprintf(b, n, "%.0f", v);
-    else if (v >= 10.0) snprintf(b, n, "%.1f", v);
-    else if (v >= 1.0) snprintf(b, n, "%.2f", v);
-    else if (v == 0.0) snprintf(b, n, "0");
-    else snprintf(b, n, "%.3g", v);
-    point_not_comma(b);
-}
-
 /* "1.75x [1.74, 1.76]" */
 static void fmt_ratio(char *b, size_t n, double v, double lo, double hi)
 {
@@ -260,17 +232,10 @@ static void fmt_ratio(char *b, size_t n, double v, double lo, double hi)
     snprintf(sv, sizeof sv, "%.2f", v);
     snprintf(slo, sizeof slo, "%.2f", lo);
     snprintf(shi, sizeof shi, "%.2f", hi);
-    point_not_comma(sv);
-    point_not_comma(slo);
-    point_not_comma(shi);
+    fp4_fmt_point(sv);
+    fp4_fmt_point(slo);
+    fp4_fmt_point(shi);
     snprintf(b, n, "%sx [%s, %s]", sv, isfinite(lo) ? slo : "-", isfinite(hi) ? shi : "-");
-}
-
-/* CUDA's version encoding (13000 = 13.0). */
-static void fmt_cuda_version(char *b, size_t n, int v)
-{
-    if (v <= 0) snprintf(b, n, "?");
-    else snprintf(b, n, "%d.%d", v / 1000, (v % 1000) / 10);
 }
 
 /* Append printf output to b (capacity n) at its end. */
@@ -885,7 +850,7 @@ static fp4_status plot_latency(FILE *f, const report_model *model, int pi, int s
         fp4_svg_polyline(f, px, py, n, fp4_svg_colour(se->colour), se->style, se->name);
         for (int q = 0; q < n; q++) {
             const fp4_row *w = row_of(model, pts[i + q].run, pts[i + q].row);
-            fmt_us(v1, sizeof v1, w->t.median);
+            fp4_fmt_us(v1, sizeof v1, w->t.median);
             snprintf(tip, sizeof tip, "%s: %s %lldx%lldx%lld%s%s: %s us", se->name, w->label,
                      (long long)w->shape.m, (long long)w->shape.n, (long long)w->shape.k,
                      w->variant[0] ? ", kernel " : "", w->variant, v1);
@@ -1073,7 +1038,7 @@ static int collect_ceilings(const report_model *model, ceiling *c, int cap)
             c[n].is_bandwidth = cand[i].bw;
             c[n].value = cand[i].v;
             c[n].run = r;
-            fmt_rate(v, sizeof v, cand[i].v);
+            fp4_fmt_rate(v, sizeof v, cand[i].v);
             snprintf(c[n].name, sizeof c[n].name, "%s %s %s", cand[i].what, v,
                      cand[i].bw ? "GB/s" : "TFLOP/s");
             n++;
@@ -1188,9 +1153,9 @@ static fp4_status plot_roofline(FILE *f, const report_model *model, int standalo
             const series *se;
             if (!roof_point(w)) continue;
             se = &model->ser[model->row_series[model->run_offset[r] + i]];
-            fmt_rate(v1, sizeof v1, w->tflops);
-            fmt_rate(v2, sizeof v2, w->flops / w->bytes);
-            fmt_rate(v3, sizeof v3, w->pct_roofline);
+            fp4_fmt_rate(v1, sizeof v1, w->tflops);
+            fp4_fmt_rate(v2, sizeof v2, w->flops / w->bytes);
+            fp4_fmt_rate(v3, sizeof v3, w->pct_roofline);
             snprintf(tip, sizeof tip,
                      "%s: %s %lldx%lldx%lld: %s TFLOP/s at %s FLOP/byte, %s%% of its roofline",
                      se->name, w->label, (long long)w->shape.m, (long long)w->shape.n,
@@ -1279,8 +1244,8 @@ static fp4_status plot_steps(FILE *f, const report_model *model, int standalone,
                     double x1 = fp4_svg_map(&xs, before + st->steps[j].us);
                     x = fp4_svg_map(&xs, before);
                     before += st->steps[j].us;
-                    fmt_us(v1, sizeof v1, st->steps[j].us);
-                    fmt_rate(v2, sizeof v2, total > 0.0 ? 100.0 * st->steps[j].us / total : NAN);
+                    fp4_fmt_us(v1, sizeof v1, st->steps[j].us);
+                    fp4_fmt_rate(v2, sizeof v2, total > 0.0 ? 100.0 * st->steps[j].us / total : NAN);
                     snprintf(tip, sizeof tip, "%s: %s %lldx%lldx%lld: %s %s us (%s%%)", se->name,
                              w->label, (long long)w->shape.m, (long long)w->shape.n,
                              (long long)w->shape.k, st->steps[j].name, v1, v2);
@@ -1290,7 +1255,7 @@ static fp4_status plot_steps(FILE *f, const report_model *model, int standalone,
                 }
             }
             fputs("</g>\n", f);
-            fmt_us(v1, sizeof v1, total);
+            fp4_fmt_us(v1, sizeof v1, total);
             fp4_svg_text(f, fp4_svg_map(&xs, total) + 4.0, y + bar - 3.0, "start", 11.0, 0, 0.0,
                          "#333333", v1);
             b++;
@@ -1390,7 +1355,7 @@ static void field_driver(const fp4_report *r, char *b, size_t n)
     char v[16];
     b[0] = '\0';
     if (!r->dev.present) return;
-    fmt_cuda_version(v, sizeof v, r->dev.driver_version);
+    fp4_fmt_cuda_version(v, sizeof v, r->dev.driver_version);
     if (r->dev.driver_string[0]) append(b, n, "%s, ", r->dev.driver_string);
     append(b, n, "CUDA driver API %s", v);
 }
@@ -1398,7 +1363,7 @@ static void field_driver(const fp4_report *r, char *b, size_t n)
 static void field_cuda(const fp4_report *r, char *b, size_t n)
 {
     b[0] = '\0';
-    if (r->dev.present) fmt_cuda_version(b, n, r->dev.runtime_version);
+    if (r->dev.present) fp4_fmt_cuda_version(b, n, r->dev.runtime_version);
 }
 
 static void field_clocks(const fp4_report *r, char *b, size_t n)
@@ -1442,21 +1407,21 @@ static void field_ceilings(const fp4_report *r, char *b, size_t n)
     char v1[32], v2[32];
     b[0] = '\0';
     if (c->measured) {
-        fmt_rate(v1, sizeof v1, c->read_gbps);
+        fp4_fmt_rate(v1, sizeof v1, c->read_gbps);
         append(b, n, "read %s GB/s", v1);
         if (c->bf16_tflops > 0) {
-            fmt_rate(v1, sizeof v1, c->bf16_tflops);
+            fp4_fmt_rate(v1, sizeof v1, c->bf16_tflops);
             append(b, n, ", bf16 %s TFLOP/s", v1);
             if (c->bf16_sustained_tflops > 0) {
-                fmt_rate(v2, sizeof v2, c->bf16_sustained_tflops);
+                fp4_fmt_rate(v2, sizeof v2, c->bf16_sustained_tflops);
                 append(b, n, " (sustained %s)", v2);
             }
         }
         if (c->fp8_tflops > 0) {
-            fmt_rate(v1, sizeof v1, c->fp8_tflops);
+            fp4_fmt_rate(v1, sizeof v1, c->fp8_tflops);
             append(b, n, ", fp8 %s TFLOP/s", v1);
             if (c->fp8_sustained_tflops > 0) {
-                fmt_rate(v2, sizeof v2, c->fp8_sustained_tflops);
+                fp4_fmt_rate(v2, sizeof v2, c->fp8_sustained_tflops);
                 append(b, n, " (sustained %s)", v2);
             }
         }
@@ -1465,7 +1430,7 @@ static void field_ceilings(const fp4_report *r, char *b, size_t n)
         append(b, n, "not measured");
     }
     if (c->cpu_gflops > 0) {
-        fmt_rate(v1, sizeof v1, c->cpu_gflops);
+        fp4_fmt_rate(v1, sizeof v1, c->cpu_gflops);
         append(b, n, ", CPU reference %s GFLOP/s", v1);
     }
 }
@@ -1476,10 +1441,10 @@ static void field_datasheet(const fp4_report *r, char *b, size_t n)
     char v1[32], v2[32], v3[32], v4[32];
     b[0] = '\0';
     if (!d->present) return;
-    fmt_rate(v1, sizeof v1, d->peak_bf16_tflops);
-    fmt_rate(v2, sizeof v2, d->peak_fp8_tflops);
-    fmt_rate(v3, sizeof v3, d->peak_fp4_tflops);
-    fmt_rate(v4, sizeof v4, d->peak_bw_gbps);
+    fp4_fmt_rate(v1, sizeof v1, d->peak_bf16_tflops);
+    fp4_fmt_rate(v2, sizeof v2, d->peak_fp8_tflops);
+    fp4_fmt_rate(v3, sizeof v3, d->peak_fp4_tflops);
+    fp4_fmt_rate(v4, sizeof v4, d->peak_bw_gbps);
     snprintf(b, n, "bf16 %s, fp8 %s, fp4 %s TFLOP/s; %s GB/s", v1, v2, v3, v4);
 }
 
@@ -1629,7 +1594,7 @@ static void fmt_excess(char *b, size_t n, double excess)
 {
     if (!isfinite(excess)) snprintf(b, n, "-");
     else snprintf(b, n, "%+.1f%%", 100.0 * excess);
-    point_not_comma(b);
+    fp4_fmt_point(b);
 }
 
 /* The GPU cell of row i of a split run: its number, and "S" with the
@@ -1690,17 +1655,17 @@ static void write_table(FILE *f, const report_model *model, int run)
             fputs("</td></tr>\n", f);
             continue;
         }
-        fmt_us(b, sizeof b, w->t.count > 0 ? w->t.median : NAN);
+        fp4_fmt_us(b, sizeof b, w->t.count > 0 ? w->t.median : NAN);
         put_number_cell(f, b);
         if (w->t.count <= 0 || !isfinite(w->t.noise)) snprintf(b, sizeof b, "-");
         else snprintf(b, sizeof b, "%.*f%%", w->t.noise < 0.1 ? 2 : 1, 100.0 * w->t.noise);
-        point_not_comma(b);
+        fp4_fmt_point(b);
         put_number_cell(f, b);
-        fmt_rate(b, sizeof b, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN);
+        fp4_fmt_rate(b, sizeof b, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN);
         put_number_cell(f, b);
-        fmt_rate(b, sizeof b, w->t.count > 0 ? w->gbps : NAN);
+        fp4_fmt_rate(b, sizeof b, w->t.count > 0 ? w->gbps : NAN);
         put_number_cell(f, b);
-        fmt_rate(b, sizeof b, w->t.count > 0 ? w->pct_roofline : NAN);
+        fp4_fmt_rate(b, sizeof b, w->t.count > 0 ? w->pct_roofline : NAN);
         if (strcmp(b, "-") != 0) append(b, sizeof b, "%%");
         put_number_cell(f, b);
         if (w->has_ratio) fmt_ratio(b, sizeof b, w->ratio, w->ratio_lo, w->ratio_hi);
@@ -1712,7 +1677,7 @@ static void write_table(FILE *f, const report_model *model, int run)
             snprintf(b, sizeof b, "ok %.1e", w->err_norm);
         else if (w->verified == 1) snprintf(b, sizeof b, "ok");
         else snprintf(b, sizeof b, "no");
-        point_not_comma(b);
+        fp4_fmt_point(b);
         fputs("<td>", f);
         put_text(f, b);
         fputs("</td></tr>\n", f);
@@ -1794,11 +1759,11 @@ static fp4_status write_spread_table(FILE *f, const report_model *model, int run
         const fp4_row *w = &rep->rows[gr->first_row];
         fputs("<tr>", f);
         put_case_cells(f, w);
-        fmt_us(b, sizeof b, gr->median_us);
+        fp4_fmt_us(b, sizeof b, gr->median_us);
         put_number_cell(f, b);
         if (isfinite(gr->spread)) snprintf(b, sizeof b, "%.1f%%", 100.0 * gr->spread);
         else snprintf(b, sizeof b, "-");
-        point_not_comma(b);
+        fp4_fmt_point(b);
         put_number_cell(f, b);
         for (int k = 0; k < g->count; k++)
             put_spread_cell(f, model, run, g->gpu[k], cell[(long)gi * g->count + k]);

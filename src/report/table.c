@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "multigpu/pergpu.h"
+#include "report/fmt.h"
 
 #define CELL_LEN 128
 #define REASON_MAX 60 /* characters of a reason shown in the table */
@@ -40,28 +41,6 @@ typedef struct table_layout {
      * backend then GPU; marks NULL otherwise */
     const fp4_gpu_analysis *gpus;
 } table_layout;
-
-/* A time in us with about 4 significant digits; "-" when not finite. */
-static void fmt_time(char *b, size_t n, double v)
-{
-    if (!isfinite(v)) snprintf(b, n, "-");
-    else if (fabs(v) < 10.0) snprintf(b, n, "%.3f", v);
-    else if (fabs(v) < 100.0) snprintf(b, n, "%.2f", v);
-    else if (fabs(v) < 1000.0) snprintf(b, n, "%.1f", v);
-    else snprintf(b, n, "%.0f", v);
-}
-
-/* A rate with about 3 significant digits; "-" when not finite or negative
- * (negative marks "unknown" in the row fields). */
-static void fmt_rate(char *b, size_t n, double v)
-{
-    if (!isfinite(v) || v < 0.0) snprintf(b, n, "-");
-    else if (v >= 100.0) snprintf(b, n, "%.0f", v);
-    else if (v >= 10.0) snprintf(b, n, "%.1f", v);
-    else if (v >= 1.0) snprintf(b, n, "%.2f", v);
-    else if (v == 0.0) snprintf(b, n, "0");
-    else snprintf(b, n, "%.3g", v);
-}
 
 /* A percentage value v (already x100): "12%" / "3.4%"; "-" when unknown. */
 static void fmt_pct(char *b, size_t n, double v)
@@ -115,8 +94,8 @@ static void make_cells(const fp4_row *w, const char *baseline, int verbose, int 
         return;
     }
 
-    fmt_time(rc->c[C_MEDIAN], CELL_LEN, w->t.count > 0 ? w->t.median : NAN);
-    fmt_time(rc->c[C_LAUNCH], CELL_LEN, w->t_launch.count > 0 ? w->t_launch.median : NAN);
+    fp4_fmt_us(rc->c[C_MEDIAN], CELL_LEN, w->t.count > 0 ? w->t.median : NAN);
+    fp4_fmt_us(rc->c[C_LAUNCH], CELL_LEN, w->t_launch.count > 0 ? w->t_launch.median : NAN);
     if (w->t.count <= 0 || isnan(w->t.noise)) snprintf(rc->c[C_NOISE], CELL_LEN, "-");
     else if (isinf(w->t.noise)) snprintf(rc->c[C_NOISE], CELL_LEN, "inf");
     else snprintf(rc->c[C_NOISE], CELL_LEN, "%.*f%%", w->t.noise < 0.1 ? 2 : 1,
@@ -135,8 +114,8 @@ static void make_cells(const fp4_row *w, const char *baseline, int verbose, int 
         snprintf(rc->c[C_RATIO], CELL_LEN, "-");
     }
 
-    fmt_rate(rc->c[C_TFLOPS], CELL_LEN, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN); /* quantize: no FLOPs */
-    fmt_rate(rc->c[C_GBPS], CELL_LEN, w->t.count > 0 ? w->gbps : NAN);
+    fp4_fmt_rate(rc->c[C_TFLOPS], CELL_LEN, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN); /* quantize: no FLOPs */
+    fp4_fmt_rate(rc->c[C_GBPS], CELL_LEN, w->t.count > 0 ? w->gbps : NAN);
     fmt_pct(rc->c[C_ROOF], CELL_LEN, w->t.count > 0 ? w->pct_roofline : NAN);
 
     if (w->verified == -1) snprintf(rc->c[C_VERIFIED], CELL_LEN, "reference");
@@ -239,13 +218,6 @@ static void print_line(FILE *f, const table_layout *L, const row_cells *rc)
     fprintf(f, "%s\n", line);
 }
 
-/* The version string v.major.minor of CUDA's integer encoding (13000 = 13.0). */
-static void fmt_cuda_version(char *b, size_t n, int v)
-{
-    if (v <= 0) snprintf(b, n, "?");
-    else snprintf(b, n, "%d.%d", v / 1000, (v % 1000) / 10);
-}
-
 /* ", bf16 834 TFLOP/s (sustained 730)": the interleaved rate the roofline
  * uses, then the back-to-back one when known (files from before it have
  * none). always: print even when not measured (0). */
@@ -254,10 +226,10 @@ static void print_rate_ceiling(FILE *f, const char *what, double rate, double su
 {
     char b1[32], b2[32];
     if (!always && !(rate > 0)) return;
-    fmt_rate(b1, sizeof b1, rate);
+    fp4_fmt_rate(b1, sizeof b1, rate);
     fprintf(f, ", %s %s TFLOP/s", what, b1);
     if (sustained > 0) {
-        fmt_rate(b2, sizeof b2, sustained);
+        fp4_fmt_rate(b2, sizeof b2, sustained);
         fprintf(f, " (sustained %s)", b2);
     }
 }
@@ -268,7 +240,7 @@ static void print_ceilings(FILE *f, const fp4_ceilings *ce, const fp4_device_inf
 {
     char b1[32], b2[32], b3[32];
     if (ce->measured) {
-        fmt_rate(b1, sizeof b1, ce->read_gbps);
+        fp4_fmt_rate(b1, sizeof b1, ce->read_gbps);
         fprintf(f, "measured read %s GB/s", b1);
         print_rate_ceiling(f, "bf16", ce->bf16_tflops, ce->bf16_sustained_tflops, 1);
         print_rate_ceiling(f, "fp8", ce->fp8_tflops, ce->fp8_sustained_tflops, 0);
@@ -276,13 +248,13 @@ static void print_ceilings(FILE *f, const fp4_ceilings *ce, const fp4_device_inf
         fputs("not measured", f);
     }
     if (ce->cpu_gflops > 0) {
-        fmt_rate(b1, sizeof b1, ce->cpu_gflops);
+        fp4_fmt_rate(b1, sizeof b1, ce->cpu_gflops);
         fprintf(f, ", CPU reference %s GFLOP/s", b1);
     }
     if (d->present && (d->peak_bf16_tflops > 0 || d->peak_bw_gbps > 0)) {
-        fmt_rate(b1, sizeof b1, d->peak_bf16_tflops);
-        fmt_rate(b2, sizeof b2, d->peak_fp8_tflops);
-        fmt_rate(b3, sizeof b3, d->peak_bw_gbps);
+        fp4_fmt_rate(b1, sizeof b1, d->peak_bf16_tflops);
+        fp4_fmt_rate(b2, sizeof b2, d->peak_fp8_tflops);
+        fp4_fmt_rate(b3, sizeof b3, d->peak_bw_gbps);
         fprintf(f, "; datasheet bf16 %s, fp8 %s TFLOP/s, %s GB/s", b1, b2, b3);
     }
 }
@@ -331,15 +303,15 @@ void fp4_report_print_header(FILE *f, const fp4_report *r)
     if (!d->present) {
         fprintf(f, "GPU: none (%s)\n", d->why_absent[0] ? d->why_absent : "no reason given");
     } else if (r->ngpus > 0) { /* one line per GPU, the driver once */
-        fmt_cuda_version(drv, sizeof drv, d->driver_version);
-        fmt_cuda_version(rt, sizeof rt, d->runtime_version);
+        fp4_fmt_cuda_version(drv, sizeof drv, d->driver_version);
+        fp4_fmt_cuda_version(rt, sizeof rt, d->runtime_version);
         fprintf(f, "GPUs: %d, run at once, driver %s", r->ngpus, drv);
         if (d->nvml && d->driver_string[0]) fprintf(f, " (%s)", d->driver_string);
         fprintf(f, ", runtime %s\n", rt);
         for (int i = 0; i < r->ngpus && i < FP4_MAX_GPUS; i++) print_gpu_line(f, &r->gpus[i]);
     } else {
-        fmt_cuda_version(drv, sizeof drv, d->driver_version);
-        fmt_cuda_version(rt, sizeof rt, d->runtime_version);
+        fp4_fmt_cuda_version(drv, sizeof drv, d->driver_version);
+        fp4_fmt_cuda_version(rt, sizeof rt, d->runtime_version);
         fprintf(f, "GPU: %s, sm_%d%d, %d SMs, L2 %.0f MiB, memory %.1f GiB, driver %s",
                 d->name[0] ? d->name : "?", d->cc_major, d->cc_minor, d->sms,
                 d->l2_bytes / 1048576.0, d->mem_bytes / 1073741824.0, drv);
@@ -452,9 +424,9 @@ static void print_spread(FILE *f, const fp4_report *r, const fp4_gpu_analysis *a
         if (g->timed == 0) {
             fprintf(f, "not timed on any of %d GPU%s\n", g->rows, g->rows == 1 ? "" : "s");
         } else {
-            fmt_time(t1, sizeof t1, g->min_us);
-            fmt_time(t2, sizeof t2, g->median_us);
-            fmt_time(t3, sizeof t3, g->max_us);
+            fp4_fmt_us(t1, sizeof t1, g->min_us);
+            fp4_fmt_us(t2, sizeof t2, g->median_us);
+            fp4_fmt_us(t3, sizeof t3, g->max_us);
             fprintf(f, "%s / %s / %s us", t1, t2, t3);
             if (isfinite(g->spread)) fprintf(f, ", spread %.1f%%", 100.0 * g->spread);
             fprintf(f, ", %d of %d GPUs timed\n", g->timed, g->rows);
