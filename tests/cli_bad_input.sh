@@ -6,6 +6,21 @@ source "$(dirname "$0")/lib_cli.sh"
 expect 2 "unknown command 'frobnicate'" -- "$FP4" frobnicate
 expect 2 "unknown option '--bogus'" -- "$FP4" run --bogus
 expect 2 "--json needs a value" -- "$FP4" run --json
+# a value left out: the next option is not taken as the value (a file named --verify-only)
+expect 2 "--json needs a value, got the option --verify-only" -- "$FP4" run --json --verify-only
+expect 2 "--csv needs a value, got the option --quiet" -- "$FP4" run --backend cpu-ref --csv --quiet
+expect 2 "--html needs a value, got the option --svg" -- "$FP4" report x.json --html --svg d
+expect 2 "--out needs a value, got the option --encode-scale" -- "$FP4" quantize --in x.npy --out --encode-scale 1
+# an output that is another output or an input would overwrite it: the same path, or the
+# same file by another path; the input is left as it was
+expect 2 "--csv .*same.out is also --json .*same.out" -- "$FP4" run --backend cpu-ref --shape 16x16x16 --json "$TMP/same.out" --csv "$TMP/same.out"
+expect 2 "--csv .*r.csv is also --json" -- "$FP4" moe --dims 64,32,4,2 --tokens 2 --json "$TMP/r.csv" --csv "$TMP/./r.csv"
+printf '16 16 16\n' >"$TMP/spec.txt"
+expect 2 "--json .*spec.txt is also --spec .*spec.txt" -- "$FP4" run --backend cpu-ref --spec "$TMP/spec.txt" --json "$TMP/../$(basename "$TMP")/spec.txt"
+[ "$(cat "$TMP/spec.txt")" = "16 16 16" ] || fail "the --spec file was changed"
+expect 2 "--out x.npy is also --in x.npy" -- "$FP4" quantize --in x.npy --out x.npy
+expect 2 "--out a.st is also --a a.st" -- "$FP4" gemm --a a.st --b b.st --out a.st
+expect 2 "--json t.npy is also --trace t.npy" -- "$FP4" moe --dims 64,32,4,2 --routing trace --trace t.npy --json t.npy
 expect 2 "--shape: .*K=6100 is not a multiple of 16" -- "$FP4" run --shape 16x2048x6100
 expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape 0x2048x6144
 expect 2 "--shape: .*must be >= 1" -- "$FP4" run --shape=-4x2048x6144

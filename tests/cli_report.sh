@@ -115,7 +115,7 @@ expect 2 "unknown option '--pdf'" -- "$FP4" report "$TMP/x.json" --pdf x.pdf
 expect 2 "--html needs a value" -- "$FP4" report "$TMP/x.json" --html
 expect 2 "--html needs a value, not an empty one" -- "$FP4" report "$TMP/x.json" --html ""
 cp "$TMP/x.json" "$TMP/self.json"
-expect 2 "--html .*self.json is the input file" -- "$FP4" report "$TMP/self.json" --html "$TMP/self.json"
+expect 2 "--html .*self.json is also the input file" -- "$FP4" report "$TMP/self.json" --html "$TMP/self.json"
 cmp -s "$TMP/x.json" "$TMP/self.json" || fail "report --html over its input changed the input"
 checks=$((checks + 1))
 expect 3 "cannot open $TMP/none.json" -- "$FP4" report "$TMP/none.json" --html "$TMP/e.html"

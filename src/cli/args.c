@@ -1,5 +1,7 @@
 /* The command line's argument helpers and its error and warning messages
  * (see cli/args.h). */
+/* realpath() is X/Open's, beside the POSIX 2008 the build asks for */
+#define _XOPEN_SOURCE 700
 #include "cli/args.h"
 
 #include <errno.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* 1 when the space-separated list names `name` */
 static int list_names(const char *list, const char *name)
@@ -46,6 +49,10 @@ int cli_value(cli_args *a, const char *name, const char **val)
     a->i += 2;
     /* no option takes an empty value (an empty file name, list or number) */
     if (!**val) cli_usage_error(a, "%s needs a value, not an empty one", name);
+    /* "--json --quiet" lost the value, it did not mean a file named --quiet */
+    if ((*val)[0] == '-' && (*val)[1] == '-' && (*val)[2] != '\0')
+        cli_usage_error(a, "%s needs a value, got the option %s (%s=%s names a value that starts with --)",
+                        name, *val, name, *val);
     return 1;
 }
 
@@ -129,4 +136,47 @@ void cli_print_warnings(const fp4_warnings *w)
     if (dropped > 0)
         fprintf(stderr, "fp4bench: warning: %d more warning%s not kept\n", dropped,
                 dropped == 1 ? "" : "s");
+}
+
+/* path with its folder resolved (links, ".", ".."): the name a file not
+ * made yet will have. Malloc'ed; NULL when the folder does not resolve. */
+static char *resolved_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir;
+    if (!slash) {
+        dir = realpath(".", NULL);
+    } else if (slash == path) {
+        dir = realpath("/", NULL);
+    } else {
+        char *folder = strndup(path, (size_t)(slash - path));
+        dir = folder ? realpath(folder, NULL) : NULL;
+        free(folder);
+    }
+    if (!dir) return NULL;
+    const char *base = slash ? slash + 1 : path;
+    char *name = malloc(strlen(dir) + strlen(base) + 2);
+    if (name) sprintf(name, "%s/%s", dir, base);
+    free(dir);
+    return name;
+}
+
+static int same_file(const char *x, const char *y)
+{
+    struct stat sx, sy;
+    if (strcmp(x, y) == 0) return 1;
+    if (stat(x, &sx) == 0 && stat(y, &sy) == 0) return sx.st_dev == sy.st_dev && sx.st_ino == sy.st_ino;
+    char *rx = resolved_name(x), *ry = resolved_name(y);
+    const int same = rx && ry && strcmp(rx, ry) == 0;
+    free(rx);
+    free(ry);
+    return same;
+}
+
+void cli_distinct_files(const cli_args *a, const char *out_what, const char *out, const char *in_what,
+                        const char *in)
+{
+    if (!out || !in || strcmp(out, "-") == 0 || strcmp(in, "-") == 0) return;
+    if (same_file(out, in))
+        cli_usage_error(a, "%s %s is also %s %s, which it would overwrite", out_what, out, in_what, in);
 }

@@ -37,8 +37,16 @@ typedef struct cli_args {
 /* If argv[i] is flag `name` taking a value, store it in *val, advance and
  * return 1; a missing or empty value is a usage error (exits 2), and so is
  * an option given twice unless a->repeatable names it (a second value would
- * silently replace the first). */
+ * silently replace the first), and a next argument that starts with "--"
+ * (an option, not the value: such a value is written "--flag=--value"). */
 int cli_value(cli_args *a, const char *name, const char **val);
+/* Usage error when the file an output option names (out_what out: "--json
+ * x.json") is the file in_what in names (another output or an input): it
+ * would be overwritten: the same path, the same file (device and inode), or
+ * for a file not made yet the same name in the same resolved folder. NULL
+ * or "-" (stdout/stdin) never clash. */
+void cli_distinct_files(const cli_args *a, const char *out_what, const char *out, const char *in_what,
+                        const char *in);
 /* If argv[i] is the boolean flag `name`, advance and return 1. */
 int cli_flag(cli_args *a, const char *name);
 /* Usage error: "fp4bench run: <message>" and exit 2. */

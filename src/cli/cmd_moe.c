@@ -374,6 +374,8 @@ int cmd_moe(int argc, char **argv)
     }
 
     /* the routing */
+    cli_distinct_files(&a, "--json", json_arg, "--trace", trace_path);
+    cli_distinct_files(&a, "--csv", csv_path, "--trace", trace_path);
     if (trace_path) {
         if (routing_given && route.mode != FP4_MOE_ROUTE_TRACE)
             cli_usage_error(&a, "--trace goes with --routing trace, not --routing %s",
@@ -416,6 +418,7 @@ int cmd_moe(int argc, char **argv)
 
     if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
         cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
+    cli_distinct_files(&a, "--csv", csv_path, "--json", json_arg);
     if (json_arg && strcmp(json_arg, "-") != 0) ctx.files.json_path = json_arg;
     if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0)) out = stderr;
 

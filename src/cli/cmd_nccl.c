@@ -143,6 +143,7 @@ static void parse(int argc, char **argv, cli_args *a, nccl_args *n)
                            "node-local rank's GPU");
     if (n->json && n->csv && strcmp(n->json, "-") == 0 && strcmp(n->csv, "-") == 0)
         cli_usage_error(a, "--json - and --csv - would both write to stdout; pick one");
+    cli_distinct_files(a, "--csv", n->csv, "--json", n->json);
     if (n->nops == 0) {
         n->ops[n->nops++] = FP4_COLL_ALL_REDUCE;
         n->ops[n->nops++] = FP4_COLL_ALL_TO_ALL;

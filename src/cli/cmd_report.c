@@ -84,11 +84,7 @@ int cmd_report(int argc, char **argv)
     if (nfiles <= 0) cli_usage_error(&a, "expects at least one JSON result file");
     if (!html && !svg_dir)
         cli_usage_error(&a, "nothing to write: give --html FILE and/or --svg DIR");
-    struct stat out_st, in_st;
-    if (html && stat(html, &out_st) == 0) /* the page would replace the results it is made from */
-        for (int i = 0; i < nfiles; i++)
-            if (stat(files[i], &in_st) == 0 && in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
-                cli_usage_error(&a, "--html %s is the input file %s", html, files[i]);
+    for (int i = 0; i < nfiles; i++) cli_distinct_files(&a, "--html", html, "the input file", files[i]);
 
     runs = calloc((size_t)nfiles, sizeof *runs);
     if (!runs) {

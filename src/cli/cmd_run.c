@@ -16,6 +16,7 @@
 
 #define MAX_BACKENDS 32
 #define MAX_PLUGINS 8
+#define MAX_SPECS 16
 
 static const char run_usage[] =
     "usage: fp4bench run [OPTIONS]\n"
@@ -29,7 +30,7 @@ static const char run_usage[] =
     "                             is a usage error: exit 2)\n"
     "  --preset NAME              seed | sweep-m | targets | models | odd\n"
     "                             (fp4bench list --preset NAME shows the shapes)\n"
-    "  --spec FILE                one problem per line: M N K [label]; '#' comments\n"
+    "  --spec FILE                one problem per line: M N K [label]; '#' comments (up to 16)\n"
     "backends:\n"
     "  --backend a,b,...          names from fp4bench list or of a --plugin's backend, or 'all'\n"
     "                             (default: every GPU backend when a GPU is present, else\n"
@@ -195,6 +196,8 @@ int cmd_run(int argc, char **argv, int default_suite)
     const fp4_backend_ops *backends[MAX_BACKENDS];
     void *plugin_handles[MAX_PLUGINS];
     const fp4_backend_ops *plugin_ops[MAX_PLUGINS];
+    const char *spec_paths[MAX_SPECS];
+    int nspecs = 0;
     int nbackends = 0, nplugins = 0, max_time_given = 0, no_ceilings = 0, quiet = 0;
     const char *v, *csv_path = NULL, *backend_arg = NULL, *json_arg = NULL, *gpus_arg = NULL;
     fp4_gpu_list gpus;
@@ -221,6 +224,8 @@ int cmd_run(int argc, char **argv, int default_suite)
         } else if (cli_value(&a, "--preset", &v)) {
             if (fp4_cases_from_preset(&cases, v, &err) != FP4_OK) cli_usage_error(&a, "--preset: %s", err.msg);
         } else if (cli_value(&a, "--spec", &v)) {
+            if (nspecs == MAX_SPECS) cli_usage_error(&a, "--spec: at most %d files", MAX_SPECS);
+            spec_paths[nspecs++] = v;
             if (fp4_cases_from_spec(&cases, v, &err) != FP4_OK) cli_die(a.cmd, &err);
         } else if (cli_value(&a, "--backend", &v)) {
             backend_arg = v; /* resolved once every --plugin is loaded */
@@ -259,6 +264,11 @@ int cmd_run(int argc, char **argv, int default_suite)
     }
     if (json_arg && csv_path && strcmp(json_arg, "-") == 0 && strcmp(csv_path, "-") == 0)
         cli_usage_error(&a, "--json - and --csv - would both write to stdout; pick one");
+    cli_distinct_files(&a, "--csv", csv_path, "--json", json_arg);
+    for (int i = 0; i < nspecs; i++) {
+        cli_distinct_files(&a, "--json", json_arg, "--spec", spec_paths[i]);
+        cli_distinct_files(&a, "--csv", csv_path, "--spec", spec_paths[i]);
+    }
     memset(&gpus, 0, sizeof gpus);
     if (gpus_arg) resolve_gpus(&a, gpus_arg, &gpus);
     if (json_arg && strcmp(json_arg, "-") != 0) ctx.files.json_path = json_arg;

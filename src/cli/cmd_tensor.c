@@ -96,6 +96,7 @@ int cmd_quantize(int argc, char **argv)
     }
     if (!in) cli_usage_error(&a, "--in is required");
     if (!out) cli_usage_error(&a, "--out is required");
+    cli_distinct_files(&a, "--out", out, "--in", in);
     if (fp4_npy_read_matrix_f32(in, &x, &rows, &cols, &err) != FP4_OK) cli_die(a.cmd, &err);
     if (fp4_quantize_f32(x, rows, cols, encode_scale, &m, &err) != FP4_OK) {
         fp4_err named;
@@ -262,6 +263,8 @@ int cmd_gemm(int argc, char **argv)
     const fp4_backend_ops *ops = find_backend(name, plugins, nplugins);
     if (!ops) cli_usage_error(&a, "--backend: unknown backend '%s' (see fp4bench list)", name);
     if (!out) cli_usage_error(&a, "--out is required");
+    cli_distinct_files(&a, "--out", out, "--a", oa.path);
+    cli_distinct_files(&a, "--out", out, "--b", ob.path);
     load_operands(&a, &oa, &ob, &ma, &mb);
     fp4_shape shape = {ma.rows, mb.rows, ma.cols};
     if (fp4_shape_check(&shape, &err) != FP4_OK) cli_die(a.cmd, &err);
