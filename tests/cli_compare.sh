@@ -23,6 +23,11 @@ grep -qE " gone$" "$TMP/out" || fail "rows missing from NEW are not 'gone': $(ca
 expect 0 "" -- "$FP4" compare "$TMP/a.json" "$TMP/sub.json" --allow-gone
 expect 0 "" -- "$FP4" run --backend cpu-ref --shape 8x32x48 --quiet --json "$TMP/other.json"
 expect 3 "not runs of the same cases" -- "$FP4" compare "$TMP/sub.json" "$TMP/other.json"
+# a run stopped before its first row must not pass a CI gate
+printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": []}\n' >"$TMP/empty.json"
+expect 3 "NEW has no rows: nothing to compare" -- "$FP4" compare "$TMP/a.json" "$TMP/empty.json" --allow-gone
+expect 3 "OLD has no rows: nothing to compare" -- "$FP4" compare "$TMP/empty.json" "$TMP/a.json"
+expect 3 "NEW has no rows" -- "$FP4" compare "$TMP/empty.json" "$TMP/empty.json"
 checks=$((checks + 1))
 
 # settings that differ: one warning line each, on stderr, the table on stdout

@@ -71,7 +71,8 @@ int fp4_report_compare(FILE *f, const fp4_report *old_r, const fp4_report *new_r
  * returning how many differ; and the table without them. */
 int fp4_report_compare_settings(FILE *f, const fp4_report *old_r, const fp4_report *new_r);
 /* Two reports with rows of which none match (backend, label, shape, L2 mode)
- * are not runs of the same cases: -1 with err saying so. */
+ * are not runs of the same cases, and a report without rows compares with
+ * nothing: -1 with err saying so. */
 int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *new_r,
                             const fp4_compare_opts *opts, fp4_err *err);
 

@@ -14,7 +14,7 @@ static const char compare_usage[] =
     "noise-aware verdict. Exit 1 when any row slowed down by more than the threshold\n"
     "(default 0.05 = 5%) beyond its measured noise, went from ok to FAILED/unsupported,\n"
     "or is gone: in OLD but not in NEW (--allow-gone: NEW may measure a subset).\n"
-    "Two files with no row in common are an error (exit 3): not runs of the same cases.\n"
+    "Two files with no row in common, or a file without rows, are an error (exit 3).\n"
     "\n"
     "Rows timed on the CPU (host timing) are judged against their noise and the spread of\n"
     "their samples, and are never regressions: a CPU's speed drifts between runs by more\n"

@@ -443,7 +443,13 @@ int fp4_report_compare_rows(FILE *f, const fp4_report *old_r, const fp4_report *
         if (!used[j]) pairs[np++].o = &old_r->rows[j];
         matched += used[j];
     }
-    if (matched == 0 && old_r->nrows > 0 && new_r->nrows > 0) {
+    if (old_r->nrows == 0 || new_r->nrows == 0) { /* a run stopped before its first row passes nothing */
+        fp4_fail(err, FP4_ERR_INVALID_ARG, "%s has no rows: nothing to compare",
+                 new_r->nrows == 0 ? "NEW" : "OLD");
+        regressions = -1;
+        goto out;
+    }
+    if (matched == 0) {
         fp4_fail(err, FP4_ERR_INVALID_ARG,
                  "no row of NEW (%d) matches a row of OLD (%d) by backend, label, shape and L2 "
                  "mode: they are not runs of the same cases",
