@@ -28,6 +28,13 @@ printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": 
 expect 3 "NEW has no rows: nothing to compare" -- "$FP4" compare "$TMP/a.json" "$TMP/empty.json" --allow-gone
 expect 3 "OLD has no rows: nothing to compare" -- "$FP4" compare "$TMP/empty.json" "$TMP/a.json"
 expect 3 "NEW has no rows" -- "$FP4" compare "$TMP/empty.json" "$TMP/empty.json"
+# settings a report does not give are unknown, not a difference; the page leaves them out
+printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {"present": true, "name": "X"}, "settings": {}, "rows": [{"label": "a", "m": 1, "n": 16, "k": 16, "backend": "b", "state": "ok", "l2": "cold", "time_us": {"count": 0}}]}\n' >"$TMP/bare.json"
+expect 0 "1 untimed" -- "$FP4" compare "$TMP/bare.json" "$TMP/bare.json"
+[ -s "$TMP/err" ] && fail "settings missing from both reports gave warnings: $(cat "$TMP/err")"
+expect 0 "" -- "$FP4" report "$TMP/bare.json" --html "$TMP/bare.html"
+grep -qw nan "$TMP/bare.html" && fail "the page shows nan for settings the report does not give"
+checks=$((checks + 2))
 checks=$((checks + 1))
 
 # settings that differ: one warning line each, on stderr, the table on stdout

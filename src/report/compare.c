@@ -280,6 +280,10 @@ static void gpu_set_text(const fp4_report *r, char *b, size_t cap)
         }                                                                               \
     } while (0)
 
+/* != on doubles: the values come from the same flags, any change counts; a
+ * value a report does not give (NaN when read back) differs from none */
+static int num_differs(double p, double q) { return !isnan(p) && !isnan(q) && p != q; }
+
 int fp4_report_compare_settings(FILE *f, const fp4_report *a, const fp4_report *b)
 {
     const fp4_settings *x, *y;
@@ -307,7 +311,7 @@ int fp4_report_compare_settings(FILE *f, const fp4_report *a, const fp4_report *
     WARN_IF(a->dev.present && b->dev.present && a->dev.runtime_version != b->dev.runtime_version,
             "the reports use different CUDA runtimes (old: %d, new: %d)", a->dev.runtime_version,
             b->dev.runtime_version);
-    WARN_IF(a->dev.cpu_threads != b->dev.cpu_threads,
+    WARN_IF(a->dev.cpu_threads > 0 && b->dev.cpu_threads > 0 && a->dev.cpu_threads != b->dev.cpu_threads,
             "the reports come from hosts with different CPU thread counts (old: %d, new: %d)",
             a->dev.cpu_threads, b->dev.cpu_threads);
     WARN_IF(x->data != y->data, "the reports use different data (old: %s, new: %s)",
@@ -319,20 +323,19 @@ int fp4_report_compare_settings(FILE *f, const fp4_report *a, const fp4_report *
     WARN_IF(strcmp(timing_mode(a), timing_mode(b)) != 0,
             "the reports use different timing modes (old: %s, new: %s)", timing_mode(a),
             timing_mode(b));
-    /* != on doubles: the values come from the same flags, any change counts */
-    WARN_IF(x->stop.noise_target != y->stop.noise_target,
+    WARN_IF(num_differs(x->stop.noise_target, y->stop.noise_target),
             "the reports use different noise targets (old: %.3g%%, new: %.3g%%)",
             100.0 * x->stop.noise_target, 100.0 * y->stop.noise_target);
-    WARN_IF(x->stop.max_time_s != y->stop.max_time_s,
+    WARN_IF(num_differs(x->stop.max_time_s, y->stop.max_time_s),
             "the reports use different max times (old: %.3g s, new: %.3g s)", x->stop.max_time_s,
             y->stop.max_time_s);
-    WARN_IF(x->stop.min_time_s != y->stop.min_time_s,
+    WARN_IF(num_differs(x->stop.min_time_s, y->stop.min_time_s),
             "the reports use different min times (old: %.3g s, new: %.3g s)", x->stop.min_time_s,
             y->stop.min_time_s);
     WARN_IF(x->stop.min_samples != y->stop.min_samples,
             "the reports use different min samples (old: %d, new: %d)", x->stop.min_samples,
             y->stop.min_samples);
-    WARN_IF(x->warmup_ms != y->warmup_ms,
+    WARN_IF(num_differs(x->warmup_ms, y->warmup_ms),
             "the reports use different warm-ups (old: %.3g ms, new: %.3g ms)", x->warmup_ms,
             y->warmup_ms);
     WARN_IF(x->verify_only != y->verify_only,

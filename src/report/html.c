@@ -1346,8 +1346,10 @@ static void field_gpu(const fp4_report *r, char *b, size_t n)
         snprintf(b, n, "none (%s)", d->why_absent[0] ? d->why_absent : "no reason given");
         return;
     }
-    append(b, n, "%s, sm_%d%d, %d SMs, L2 %.0f MiB, memory %.1f GiB", d->name[0] ? d->name : "?",
-        d->cc_major, d->cc_minor, d->sms, d->l2_bytes / 1048576.0, d->mem_bytes / 1073741824.0);
+    /* sizes a report does not give (NaN) are left out */
+    append(b, n, "%s, sm_%d%d, %d SMs", d->name[0] ? d->name : "?", d->cc_major, d->cc_minor, d->sms);
+    if (isfinite(d->l2_bytes)) append(b, n, ", L2 %.0f MiB", d->l2_bytes / 1048576.0);
+    if (isfinite(d->mem_bytes)) append(b, n, ", memory %.1f GiB", d->mem_bytes / 1073741824.0);
 }
 
 static void field_driver(const fp4_report *r, char *b, size_t n)
@@ -1472,8 +1474,13 @@ static void field_stop(const fp4_report *r, char *b, size_t n)
 {
     const fp4_stop_rule *s = &r->set.stop;
     b[0] = '\0';
-    append(b, n, "warm-up %g ms; until noise < %g%%, at least %d samples and %g s, at most %g s",
-        r->set.warmup_ms, 100.0 * s->noise_target, s->min_samples, s->min_time_s, s->max_time_s);
+    /* limits a report does not give (NaN) are left out */
+    if (isfinite(r->set.warmup_ms)) append(b, n, "warm-up %g ms; ", r->set.warmup_ms);
+    append(b, n, "until");
+    if (isfinite(s->noise_target)) append(b, n, " noise < %g%%,", 100.0 * s->noise_target);
+    append(b, n, " at least %d samples", s->min_samples);
+    if (isfinite(s->min_time_s)) append(b, n, " and %g s", s->min_time_s);
+    if (isfinite(s->max_time_s)) append(b, n, ", at most %g s", s->max_time_s);
 }
 
 static void field_baseline(const fp4_report *r, char *b, size_t n)
