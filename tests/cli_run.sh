@@ -57,6 +57,10 @@ checks=$((checks + 3))
 [ $rc -eq 130 ] || fail "Ctrl-C: exit $rc, expected 130: $(cat "$TMP/int.err")"
 grep -qE '"interrupted":[[:space:]]*true' "$TMP/int.json" || fail "Ctrl-C: JSON not marked interrupted"
 grep -qE "^custom +16 +256 +64 +cpu-ref" "$TMP/int.out" || fail "Ctrl-C: the first row is not in the table: $(cat "$TMP/int.out")"
+# a row stopped before it was measured is left out, not reported as a broken backend
+grep -qE '"state":[[:space:]]*"FAILED"' "$TMP/int.json" && fail "Ctrl-C: a FAILED row in the JSON"
+grep -q FAILED "$TMP/int.out" && fail "Ctrl-C: a FAILED row in the table: $(cat "$TMP/int.out")"
+checks=$((checks + 2))
 
 # GPU backends on a machine without a GPU: unsupported rows, not a crash
 if "$FP4" list | grep -q '^cuda-ref'; then

@@ -191,7 +191,7 @@ typedef struct fp4_row {
     double rotation_bytes;
     int verified_copies; /* copies verified after timing, from the timed graph */
     double own_err;      /* LOSSY backends: error vs their own rounded operands (<0: n/a) */
-    int interrupted;     /* timing stopped early by the user */
+    int interrupted;     /* stopped by the user (Ctrl-C): timing cut short, or (FAILED) unmeasured */
     fp4_stats t;       /* per-call time, us */
     fp4_stats t_launch; /* plain launches, us (count 0: not measured) */
     int timed_out;
@@ -214,6 +214,11 @@ typedef struct fp4_row {
 
     int gpu; /* CUDA device number the row was measured on (0 on CPU rows) */
 } fp4_row;
+
+/* 1 for a row that an interruption (Ctrl-C) stopped before it was measured
+ * (FAILED, interrupted): the engines leave it out of the report, where it
+ * would read as a broken backend. */
+int fp4_row_unmeasured(const fp4_row *r);
 
 /* One GPU of a multi-GPU run (fp4bench run --gpus): its description, which
  * device it is, and the ceilings measured on it. */

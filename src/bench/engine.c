@@ -713,6 +713,7 @@ static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *st
 {
     s->row.state = st == FP4_ERR_UNSUPPORTED ? FP4_ROW_UNSUPPORTED : FP4_ROW_FAILED;
     s->fail = st;
+    if (st == FP4_ERR_INTERRUPTED) s->row.interrupted = 1; /* unmeasured: no row (row_unmeasured) */
     if (s->row.state == FP4_ROW_UNSUPPORTED)
         snprintf(s->row.reason, sizeof s->row.reason, "%s", fp4_err_text(err));
     else
@@ -1400,6 +1401,7 @@ static fp4_status run_case(fp4_engine *e, const fp4_case *c, const fp4_backend_o
         }
         for (int i = 0; i < nb; i++) {
             slot *s = &slots[i];
+            if (fp4_row_unmeasured(&s->row)) continue;
             { /* the row owns every sample; the JSON holds them with --samples */
                 s->row.samples = s->samples;
                 s->row.nsamples = s->ns;

@@ -994,6 +994,11 @@ fp4_status fp4_moe_engine_run_case(fp4_moe_engine *m, const fp4_moe_case *c,
     if (!m->set.verify_only && (st = time_slots(m, slots, nb, &cc, err)) != FP4_OK) goto out;
     for (int i = 0; i < nb; i++) {
         moe_slot *s = &slots[i];
+        if (fp4_row_unmeasured(&s->row)) {
+            free(s->row.samples);
+            s->row.samples = NULL;
+            continue;
+        }
         if (s->row.state == FP4_ROW_OK && s->row.t.count > 0) fill_metrics(m, report, s);
         st = fp4_report_add(report, &s->row, err);
         s->row.samples = NULL; /* the report took them over, even on failure */

@@ -14,6 +14,11 @@ const char *fp4_row_state_name(fp4_row_state s)
     return "unknown";
 }
 
+int fp4_row_unmeasured(const fp4_row *r)
+{
+    return r && r->state == FP4_ROW_FAILED && r->interrupted;
+}
+
 /* Append a copy of *row, growing the array geometrically. The report takes
  * over row->samples in every case: on success the new row owns it, on failure
  * it is freed here, so the caller never frees it after this call (and should
