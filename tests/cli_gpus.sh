@@ -21,6 +21,9 @@ expect 2 "--gpus needs a value, not an empty one" -- "$FP4" run --gpus "" "${qui
 expect 2 "--gpus: at most 16 GPUs" -- "$FP4" run --gpus 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 "${quick[@]}"
 expect 2 "--gpus given twice" -- "$FP4" run --gpus 0 --gpus 1 "${quick[@]}"
 expect 2 "--gpus needs a value" -- "$FP4" run --gpus
+# a bad name is a usage error with or without a GPU to run on
+expect 2 "--backend: unknown backend 'nope'" -- "$FP4" run --gpus 0 --backend nope --shape 16x16x16
+expect 2 "--baseline 'nope' is not among the measured backends" -- "$FP4" run --gpus 0 --baseline nope --shape 16x16x16
 
 "$FP4" run --gpus 0 "${quick[@]}" >"$TMP/probe.out" 2>"$TMP/probe.err"
 probe_rc=$?

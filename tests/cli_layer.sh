@@ -32,6 +32,8 @@ expect 2 "--attention needs --tp" -- "$FP4" layer --attention
 expect 2 "--attention takes --attn-dims" -- "$FP4" layer --attention $D --tp 1
 expect 2 "--attn-dims: want H,QH,KVH,D" -- "$FP4" layer --attention --attn-dims 1024,16 --tp 1
 expect 2 "--attn-dims goes with --attention" -- "$FP4" layer $D --tp 1 --attn-dims 1024,16,8,64
+expect 2 "--attn-dims: H = 1000 is not a multiple of 16" -- "$FP4" layer --attention --attn-dims 1000,16,8,64 --tp 1
+expect 2 "--attn-dims: 16 query heads do not group evenly over 3 kv heads" -- "$FP4" layer --attention --attn-dims 1024,16,3,64 --tp 1
 expect 2 "--reps must be in 1..1000" -- "$FP4" layer $D --tp 1 --reps 0
 expect 2 "--gpus: 3 listed twice" -- "$FP4" layer $D --tp 1 --gpus 3,3
 expect 2 "unknown option '--frob'" -- "$FP4" layer $D --tp 1 --frob

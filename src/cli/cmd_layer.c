@@ -170,6 +170,13 @@ static void parse(int argc, char **argv, cli_args *a, layer_args *l)
             if (l->spec.attn.hidden < 16 || l->spec.attn.hidden > (1 << 20) || l->spec.attn.head_dim < 1 ||
                 l->spec.attn.head_dim > 4096)
                 cli_usage_error(a, "--attn-dims: H in 16..2^20, D in 1..4096");
+            /* what no tp degree can fix; a degree that does not split the heads is its row's */
+            if (l->spec.attn.hidden % 16 != 0)
+                cli_usage_error(a, "--attn-dims: H = %lld is not a multiple of 16 (NVFP4's block)",
+                                (long long)l->spec.attn.hidden);
+            if (l->spec.attn.q_heads % l->spec.attn.kv_heads != 0)
+                cli_usage_error(a, "--attn-dims: %d query heads do not group evenly over %d kv heads",
+                                l->spec.attn.q_heads, l->spec.attn.kv_heads);
         }
     } else {
         if (attn_dims) cli_usage_error(a, "--attn-dims goes with --attention");

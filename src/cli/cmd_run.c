@@ -269,8 +269,6 @@ int cmd_run(int argc, char **argv, int default_suite)
         cli_distinct_files(&a, "--json", json_arg, "--spec", spec_paths[i]);
         cli_distinct_files(&a, "--csv", csv_path, "--spec", spec_paths[i]);
     }
-    memset(&gpus, 0, sizeof gpus);
-    if (gpus_arg) resolve_gpus(&a, gpus_arg, &gpus);
     if (json_arg && strcmp(json_arg, "-") != 0) ctx.files.json_path = json_arg;
     if ((json_arg && strcmp(json_arg, "-") == 0) || (csv_path && strcmp(csv_path, "-") == 0))
         out = stderr;
@@ -306,6 +304,9 @@ int cmd_run(int argc, char **argv, int default_suite)
                 cli_usage_error(&a, "--baseline '%s' is not a GEMM: no ratio against it means anything",
                                 set.baseline);
     }
+    /* after the names: a bad one is a usage error on any machine */
+    memset(&gpus, 0, sizeof gpus);
+    if (gpus_arg) resolve_gpus(&a, gpus_arg, &gpus);
     set.interrupt = cli_interrupt_flag();
     /* --gpus: every GPU makes its own engine, in its own thread (below) */
     if (!gpus_arg && fp4_engine_create(&set, &report, &engine, &err) != FP4_OK) cli_die(a.cmd, &err);
