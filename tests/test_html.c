@@ -572,6 +572,34 @@ static void test_primitives(void)
     CHECK(t.n >= 4 && t.v[0] == 0.0 && t.v[1] == 5.0);
 }
 
+/* fp4bench moe --mode w4a4,w4a16: one backend's rows of one shape in two
+ * modes are two lines, not one that zigzags between the workloads */
+static void test_moe_workloads(void)
+{
+    fp4_report_run run;
+    fp4_report *r = &run.report;
+    static const char *const labels[] = {"glm5 gate_up w4a4 random", "glm5 gate_up w4a16 random"};
+    memset(&run, 0, sizeof run);
+    snprintf(run.name, sizeof run.name, "moe.json");
+    fp4_settings_default(&r->set);
+    for (int l = 0; l < 2; l++)
+        for (int64_t m = 1; m <= 16; m *= 4) {
+            add_row(r, labels[l], m, 12288, 6144, "moe-fp4-sm90", FP4_ROW_OK, NULL, 40.0 + 10.0 * l + (double)m,
+                    0.0);
+            snprintf(r->rows[r->nrows - 1].moe.step, sizeof r->rows[r->nrows - 1].moe.step, "gate_up");
+        }
+    char *h = html_of(&run, 1, "moe.html");
+    CHECK(h != NULL);
+    if (h) {
+        check_well_formed(h);
+        CHECK(count(h, "data-series=\"moe-fp4-sm90 glm5 gate_up w4a4 random\" points=") == 1);
+        CHECK(count(h, "data-series=\"moe-fp4-sm90 glm5 gate_up w4a16 random\" points=") == 1);
+        CHECK(count(h, "data-series=\"moe-fp4-sm90\"") == 0);
+    }
+    free(h);
+    fp4_report_run_free(&run);
+}
+
 int main(int argc, char **argv)
 {
     /* a folder of its own inside the test folder: no name clashes with other tests */
@@ -588,5 +616,6 @@ int main(int argc, char **argv)
     test_steps_json();
     test_read_file();
     test_svg_files();
+    test_moe_workloads();
     return check_finish("test_html");
 }

@@ -35,7 +35,8 @@
 #define MAX_BARS 200       /* rows in the per-step plot */
 #define CATEGORY_CHARS 40  /* characters of a category label on an axis */
 
-#define SERIES_NAME_LEN (FP4_NAME_LEN + 280) /* backend, " GPU <n>", " (<run>)" */
+/* backend, " <MoE workload>", " GPU <n>", " (<run>)" */
+#define SERIES_NAME_LEN (FP4_NAME_LEN + FP4_LABEL_LEN + 280)
 #define TIP_LEN 768 /* a tooltip: a label, a shape, a series and numbers */
 
 /* ======================================================================== */
@@ -261,9 +262,10 @@ static void append(char *b, size_t n, const char *fmt, ...)
 typedef struct series {
     char name[SERIES_NAME_LEN]; /* "cublas-bf16", "cublas-bf16 (old.json)", "fp4-sm90 GPU 1" */
     const char *backend;        /* in its first row */
+    const char *workload;       /* an MoE row's label (model, step, mode, routing); NULL: GEMM */
     int run;
     int gpu;                    /* CUDA device; -1 when its run is not split by GPU */
-    int colour;                 /* by backend */
+    int colour;                 /* by backend (and MoE workload) */
     int style;                  /* marker and dash: the run's lane (run_gpus.first_lane) */
 } series;
 
@@ -373,15 +375,19 @@ static int gpu_position(const report_model *model, int r, int gpu)
 
 /* The series of (backend, run, gpu), gpu -1 when the run is not split by
  * GPU; added when new. -1 when out of memory. */
-static int series_of(report_model *model, const char *backend, int run, int gpu)
+/* A GEMM row's series is its backend's; an MoE row's is its backend's on its
+ * workload, so that one line never joins two modes or routings of a shape. */
+static int series_of(report_model *model, const char *backend, const char *workload, int run, int gpu)
 {
     int colour = -1, ncolours = 0;
     for (int i = 0; i < model->nser; i++) {
         int same_backend = strcmp(model->ser[i].backend, backend) == 0;
-        if (same_backend && (model->nruns == 1 || model->ser[i].run == run) &&
+        int same_workload = (!workload && !model->ser[i].workload) ||
+                            (workload && model->ser[i].workload && strcmp(model->ser[i].workload, workload) == 0);
+        if (same_backend && same_workload && (model->nruns == 1 || model->ser[i].run == run) &&
             model->ser[i].gpu == gpu)
             return i;
-        if (same_backend) colour = model->ser[i].colour;
+        if (same_backend && same_workload) colour = model->ser[i].colour;
         if (model->ser[i].colour + 1 > ncolours) ncolours = model->ser[i].colour + 1;
     }
     if (model->nser == model->cap_ser) {
@@ -393,11 +399,13 @@ static int series_of(report_model *model, const char *backend, int run, int gpu)
     }
     series *s = &model->ser[model->nser];
     s->backend = backend;
+    s->workload = workload;
     s->run = run;
     s->gpu = gpu;
     s->colour = colour >= 0 ? colour : ncolours;
     s->style = model->gpus[run].first_lane + (gpu >= 0 ? gpu_position(model, run, gpu) : 0);
     snprintf(s->name, sizeof s->name, "%s", backend);
+    if (workload) append(s->name, sizeof s->name, " %s", workload);
     if (gpu >= 0) append(s->name, sizeof s->name, " GPU %d", gpu);
     if (model->nruns > 1) append(s->name, sizeof s->name, " (%s)", model->run_label[run]);
     return model->nser++;
@@ -680,7 +688,8 @@ static fp4_status model_build(report_model *model, const fp4_report_run *runs, i
     for (int r = 0; r < nruns; r++)
         for (int i = 0; i < runs[r].report.nrows; i++) {
             const fp4_row *w = row_of(model, r, i);
-            int s = series_of(model, w->backend, r, run_split(model, r) ? w->gpu : -1);
+            int s = series_of(model, w->backend, w->moe.step[0] ? w->label : NULL, r,
+                              run_split(model, r) ? w->gpu : -1);
             if (s < 0) goto nomem;
             model->row_series[model->run_offset[r] + i] = s;
             if (roof_point(w)) model->any_roof_point = 1;
