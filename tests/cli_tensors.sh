@@ -42,6 +42,11 @@ for dtype in f32 f16 bf16; do
 done
 "$MKFILE" npy-f32 5 2880 8 "$TMP/x.npy"
 expect 0 "quantization error" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/x.safetensors" --input-scale 0.5
+# an --encode-scale that leaves nothing of the tensor is refused with the scale that fits
+expect 2 "--encode-scale 1e-30: every block's scale rounds to 0 .* which scale [0-9.]+ fits" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/xs.safetensors" --encode-scale 1e-30
+expect 2 "--encode-scale 1e\+30: every block's scale is clipped" -- "$FP4" quantize --in "$TMP/x.npy" --out "$TMP/xs.safetensors" --encode-scale 1e30
+[ -e "$TMP/xs.safetensors" ] && fail "a refused --encode-scale wrote its checkpoint"
+checks=$((checks + 1))
 expect 0 "D \[5, 48\] float32" -- "$FP4" gemm --a "$TMP/x.safetensors" --b "$TMP/w_f32.safetensors" --out "$TMP/d.npy"
 expect 0 "^PASS" -- "$FP4" check --a "$TMP/x.safetensors" --b "$TMP/w_f32.safetensors" --d "$TMP/d.npy"
 grep -q "max|D-R|/max|R| = 0 " "$TMP/out" || fail "the reference's own output should have zero error: $(cat "$TMP/out")"

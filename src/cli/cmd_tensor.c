@@ -69,6 +69,44 @@ static float positive_float(const cli_args *a, const char *flag, const char *s)
     return f;
 }
 
+/* A given --encode-scale that does not fit the tensor: every nonzero block's
+ * scale rounding to 0 (the tensor all zeros) or clipped at E4M3's largest
+ * (every value clipped) is an error; some blocks clipped (as a calibrated
+ * scale clips an outlier) or zeroed are a warning; both with the scale that
+ * fits. */
+static void check_encode_scale(const cli_args *a, const float *x, const fp4_matrix *m, float encode_scale)
+{
+    long long nonzero = 0, zeroed = 0, clipped = 0;
+    const long long blocks = (long long)m->rows * (m->cols / FP4_BLOCK);
+    float amax = 0.0f;
+    for (long long b = 0; b < blocks; b++) {
+        float bm = 0.0f;
+        for (int i = 0; i < FP4_BLOCK; i++) bm = fmaxf(bm, fabsf(x[b * FP4_BLOCK + i]));
+        amax = fmaxf(amax, bm);
+        if (bm == 0.0f) continue;
+        nonzero++;
+        if (fp4_e4m3_decode(m->scales[b]) == 0.0f) zeroed++;
+        else if ((double)encode_scale * (bm / FP4_E2M1_MAX) > FP4_E4M3_MAX) clipped++;
+    }
+    const double fits = fp4_global_encode_scale(amax);
+    if (nonzero > 0 && zeroed == nonzero)
+        cli_usage_error(a, "--encode-scale %g: every block's scale rounds to 0 in E4M3, so the tensor "
+                           "would be all zeros; its largest |x| is %g, which scale %g fits",
+                        (double)encode_scale, (double)amax, fits);
+    if (nonzero > 0 && clipped == nonzero)
+        cli_usage_error(a, "--encode-scale %g: every block's scale is clipped at E4M3's largest, so every "
+                           "value would be clipped; its largest |x| is %g, which scale %g fits",
+                        (double)encode_scale, (double)amax, fits);
+    if (clipped)
+        fprintf(stderr, "%s: warning: --encode-scale %g clips %lld of %lld blocks at E4M3's largest scale "
+                        "(%g fits the largest |x|, %g)\n",
+                a->cmd, (double)encode_scale, clipped, nonzero, fits, (double)amax);
+    if (zeroed)
+        fprintf(stderr, "%s: warning: --encode-scale %g rounds %lld of %lld blocks to 0 (%g fits the "
+                        "largest |x|, %g)\n",
+                a->cmd, (double)encode_scale, zeroed, nonzero, fits, (double)amax);
+}
+
 int cmd_quantize(int argc, char **argv)
 {
     cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench quantize"};
@@ -104,6 +142,7 @@ int cmd_quantize(int argc, char **argv)
         fp4_fail(&named, err.status, "%s: %s", in, fp4_err_text(&err));
         cli_die(a.cmd, &named);
     }
+    if (encode_scale > 0) check_encode_scale(&a, x, &m, encode_scale);
     if (fp4_nvfp4_save(out, &m, input_scale, &err) != FP4_OK) cli_die(a.cmd, &err);
     /* how much quantization changed the tensor */
     double num = 0, den = 0, amax = 0;
