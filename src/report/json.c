@@ -468,6 +468,38 @@ static fp4_status r_bad(jr *c, const char *where, const char *key, const char *w
                     (where && where[0] && key) ? "." : "", key ? key : "", what);
 }
 
+static int cmp_key(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* cJSON keeps every member of a name and lookups take the first, so a key
+ * given twice (a second "rows") would be read silently: an error, anywhere in
+ * the tree. Sorted names per object: O(k log k). */
+static fp4_status r_unique_keys(jr *c, const cJSON *node, const char *where)
+{
+    const char *stack_names[64], **names = stack_names;
+    int n = 0;
+    fp4_status st = FP4_OK;
+    if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return FP4_OK;
+    if (cJSON_IsObject(node)) {
+        for (const cJSON *it = node->child; it; it = it->next) n++;
+        if (n > (int)(sizeof stack_names / sizeof stack_names[0])) {
+            names = malloc((size_t)n * sizeof *names);
+            if (!names) return fp4_fail(c->err, FP4_ERR_NOMEM, "%s: no memory to read it", c->file);
+        }
+        n = 0;
+        for (const cJSON *it = node->child; it; it = it->next) names[n++] = it->string ? it->string : "";
+        qsort(names, (size_t)n, sizeof *names, cmp_key);
+        for (int i = 1; i < n && st == FP4_OK; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) st = r_bad(c, where, names[i], "given twice");
+        if (names != stack_names) free(names);
+    }
+    for (const cJSON *it = node->child; it && st == FP4_OK; it = it->next)
+        st = r_unique_keys(c, it, cJSON_IsObject(node) && it->string ? it->string : where);
+    return st;
+}
+
 /* The member key of o, or NULL. A missing required member is an error (*st). */
 static const cJSON *r_get(jr *c, const cJSON *o, const char *where, const char *key,
                           int required, fp4_status *st)
@@ -1136,6 +1168,7 @@ static fp4_status parse_report(const char *buf, size_t len, const char *path, fp
         st = r_bad(&c, "", "(top level)", "expected an object");
         goto out;
     }
+    TRY(r_unique_keys(&c, root, ""));
     TRY(r_schema(&c, root));
     TRY(r_int(&c, root, "", "schema_version", 1, &version));
     if (version != FP4_JSON_SCHEMA_VERSION) {
