@@ -713,7 +713,7 @@ static void slot_fail(slot *s, fp4_status st, const fp4_err *err, const char *st
 {
     s->row.state = st == FP4_ERR_UNSUPPORTED ? FP4_ROW_UNSUPPORTED : FP4_ROW_FAILED;
     s->fail = st;
-    if (st == FP4_ERR_INTERRUPTED) s->row.interrupted = 1; /* unmeasured: no row (row_unmeasured) */
+    if (st == FP4_ERR_INTERRUPTED) s->row.interrupted = 1; /* unmeasured: no row (fp4_row_unmeasured) */
     if (s->row.state == FP4_ROW_UNSUPPORTED)
         snprintf(s->row.reason, sizeof s->row.reason, "%s", fp4_err_text(err));
     else
