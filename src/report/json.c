@@ -18,6 +18,7 @@
  * infinity) and integers within +-(2^53 - 1), where a double is exact;
  * strings must be valid UTF-8; the text is at most FP4_JSON_MAX_BYTES. */
 #include "fp4/report.h"
+#include "fp4/backend.h"
 #include "fp4/io.h"
 #include "io/file.h"
 #include "multigpu/pergpu.h"
@@ -664,6 +665,24 @@ static fp4_status r_stats(jr *c, const cJSON *o, const char *where, fp4_stats *s
     TRY(r_num(c, o, where, "noise", 0, &s->noise));
     /* a relative CI half-width: >= 0; above 1 is possible (one far outlier among few samples) */
     if (s->noise < 0) return r_bad(c, where, "noise", "negative (a relative width is >= 0)");
+    /* order statistics of positive times: min <= p10 <= median <= p90 <= max (where given) */
+    if (s->count > 0) {
+        const char *names[] = {"min", "p10", "median", "p90", "max"};
+        const double v[] = {s->min, s->p10, s->median, s->p90, s->max};
+        double prev = 0.0;
+        const char *prev_name = NULL;
+        for (int i = 0; i < 5; i++) {
+            if (isnan(v[i])) continue;
+            if (v[i] <= 0) return r_bad(c, where, names[i], "expected a positive time");
+            if (prev_name && v[i] < prev * (1 - 1e-12)) {
+                char what[64];
+                snprintf(what, sizeof what, "below %s: not statistics of one sample set", prev_name);
+                return r_bad(c, where, names[i], what);
+            }
+            prev = v[i];
+            prev_name = names[i];
+        }
+    }
 out:
     return st;
 }
@@ -891,6 +910,8 @@ static fp4_status r_shape(jr *c, const char *w, const fp4_shape *sh)
     if (sh->n < 1) return r_bad(c, w, "n", "expected a positive integer");
     if (sh->k < 1) return r_bad(c, w, "k", "expected a positive integer");
     if (sh->k % FP4_BLOCK != 0) return r_bad(c, w, "k", "not a multiple of 16 (the NVFP4 block)");
+    fp4_err e;
+    if (fp4_shape_check(sh, &e) != FP4_OK) return r_bad(c, w, "m, n, k", fp4_err_text(&e));
     return FP4_OK;
 }
 
@@ -971,6 +992,10 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
         TRY(r_num(c, t, sub, "value", 1, &x->ratio));
         TRY(r_num(c, t, sub, "lo", 0, &x->ratio_lo));
         TRY(r_num(c, t, sub, "hi", 0, &x->ratio_hi));
+        /* a ratio of two times and its interval: positive, lo <= hi (where given) */
+        if (x->ratio <= 0) return r_bad(c, sub, "value", "expected a positive ratio or null");
+        if (x->ratio_lo <= 0) return r_bad(c, sub, "lo", "expected a positive ratio or null");
+        if (x->ratio_lo > x->ratio_hi) return r_bad(c, sub, "hi", "below lo");
     }
 
     TRY(r_obj(c, o, w, "telemetry", 0, 1, &t));
@@ -1006,10 +1031,10 @@ static fp4_status r_row(jr *c, const cJSON *o, int index, fp4_row *x)
         n = 0;
         cJSON_ArrayForEach(e, a) {
             if (cJSON_IsNull(e)) x->samples[n] = NAN;
-            else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) x->samples[n] = e->valuedouble;
+            else if (cJSON_IsNumber(e) && isfinite(e->valuedouble) && e->valuedouble > 0) x->samples[n] = e->valuedouble;
             else {
                 snprintf(sub, sizeof sub, "samples_us[%d]", n);
-                return r_bad(c, w, sub, "expected a number or null");
+                return r_bad(c, w, sub, "expected a positive time or null");
             }
             n++;
         }
