@@ -204,6 +204,9 @@ def swizzle_scales(scales: np.ndarray, cols: int) -> np.ndarray:
     """Plain [rows, cols/16] scale bytes -> the 128x4 swizzled buffer, shaped
     [roundup(rows,128), roundup(cols/16,4)] (fp4_swizzle_scales)."""
     plain = np.ascontiguousarray(scales, dtype=np.uint8)
+    if plain.ndim != 2 or cols % 16 != 0 or plain.shape[1] != cols // 16:
+        raise ValueError(f"scales for {cols} columns are [rows, {cols // 16}] bytes "
+                         f"(cols a multiple of 16), not {list(plain.shape)}")
     rows = plain.shape[0]
     rp, kp = _swizzled_dims(rows, cols)
     out = np.zeros((rp, kp), dtype=np.uint8)

@@ -104,7 +104,8 @@ class Row:
 
     @property
     def median_us(self) -> float:
-        return self.time_us.median
+        """The median time per call; NaN for a row that was not timed."""
+        return self.time_us.median if self.time_us.count > 0 else math.nan
 
     def to_json(self, keep_samples: bool) -> dict[str, Any]:
         o: dict[str, Any] = {
@@ -281,7 +282,9 @@ class Report:
                 lines.append([r.label, str(r.m), str(r.n), str(r.k), r.backend, "-", "-", "-",
                               "-", f"{r.state} ({r.reason})"])
                 continue
-            med = r.time_us.median
+            # an untimed row (--verify-only, count 0) has no time: "-", as the CLI's table
+            med = r.time_us.median if r.time_us.count > 0 else math.nan
+            noise = r.time_us.noise if r.time_us.count > 0 else math.nan
             ratio = "-" if r.ratio is None else \
                 f"{r.ratio[0]:.2f}x [{r.ratio[1]:.2f}, {r.ratio[2]:.2f}]"
             tel = r.telemetry or {}
@@ -292,8 +295,7 @@ class Report:
             lines.append([r.label, str(r.m), str(r.n), str(r.k), r.backend,
                           f"{med:.3f}{(' ' + flags) if flags else ''}" if math.isfinite(med)
                           else "-",
-                          f"{100 * r.time_us.noise:.2f}%" if math.isfinite(r.time_us.noise)
-                          else "-",
+                          f"{100 * noise:.2f}%" if math.isfinite(noise) else "-",
                           ratio, f"{r.tflops:.3g}" if r.tflops else "-",
                           f"ok {r.err_max:.2g}" if r.verified == 1 else
                           ("reference" if r.verified == -1 else "no")])
@@ -313,29 +315,119 @@ class FormatError(ValueError):
     """A report file that is not schema 1 JSON; the message names the field."""
 
 
+# The C reader's rules (src/report/json.c), so that a file one reads the other reads
+_L2_MODES = ("", "cold", "hot", "warm", "n/a")
+_TIMING_MODES = ("", "graph", "graph-nogate", "launch", "host")
+_STATES = ("ok", "unsupported", "FAILED")
+_MAX_EXACT_INT = (1 << 53) - 1
+
+
 def _f(o: dict, key: str, where: str) -> float:
     v = o.get(key)
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise FormatError(f"{where}.{key}: expected a number or null")
+    if not math.isfinite(v):
+        raise FormatError(f"{where}.{key}: number out of range (not finite)")
     return float(v)
+
+
+def _i(o: dict, key: str, where: str, default: Optional[int] = None, lo: int = -_MAX_EXACT_INT,
+       hi: int = _MAX_EXACT_INT) -> int:
+    """An integral number in [lo, hi]; absent: default (None: required)."""
+    if key not in o:
+        if default is None:
+            raise FormatError(f"{where}.{key}: missing")
+        return default
+    v = o[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+            (isinstance(v, float) and not v.is_integer()):
+        raise FormatError(f"{where}.{key}: expected an integer")
+    if not lo <= v <= hi:
+        raise FormatError(f"{where}.{key}: integer out of range [{lo}, {hi}]")
+    return int(v)
+
+
+def _read_u64(o: dict, key: str, where: str) -> Any:
+    """A 64-bit unsigned value: an integer or its decimal string (absent: left out)."""
+    v = o.get(key)
+    if isinstance(v, str):
+        if not v.isdigit() or int(v) >= 1 << 64:
+            raise FormatError(f"{where}.{key}: expected an unsigned 64-bit decimal string")
+        return int(v)
+    if v is not None:
+        return _i(o, key, where, lo=0)
+    return v
+
+
+def _s(o: dict, key: str, where: str, default: Optional[str] = None,
+       allowed: Optional[tuple[str, ...]] = None) -> str:
+    if key not in o:
+        if default is None:
+            raise FormatError(f"{where}.{key}: missing")
+        return default
+    v = o[key]
+    if not isinstance(v, str):
+        raise FormatError(f"{where}.{key}: expected a string")
+    if "\0" in v:
+        raise FormatError(f"{where}.{key}: holds \\u0000 (a NUL character)")
+    if allowed is not None and v not in allowed:
+        raise FormatError(f"{where}.{key}: expected one of {', '.join(repr(a) for a in allowed)}")
+    return v
+
+
+def _obj(o: dict, key: str, where: str) -> Optional[dict]:
+    v = o.get(key)
+    if v is not None and not isinstance(v, dict):
+        raise FormatError(f"{where}.{key}: expected an object or null")
+    return v
 
 
 def _stats(o: Any, where: str) -> Stats:
     if not isinstance(o, dict) or "count" not in o:
         raise FormatError(f"{where}: expected an object with count")
-    return Stats(int(o["count"]), *(_f(o, k, where) for k in
-                                    ("median", "p10", "p90", "min", "max", "mean", "stdev",
-                                     "noise")))
+    s = Stats(_i(o, "count", where, lo=0), *(_f(o, k, where) for k in
+                                                ("median", "p10", "p90", "min", "max", "mean",
+                                                 "stdev", "noise")))
+    if s.noise < 0:
+        raise FormatError(f"{where}.noise: negative (a relative width is >= 0)")
+    if s.count > 0:  # order statistics of positive times
+        prev, prev_name = 0.0, ""
+        for name in ("min", "p10", "median", "p90", "max"):
+            v = getattr(s, name)
+            if math.isnan(v):
+                continue
+            if v <= 0:
+                raise FormatError(f"{where}.{name}: expected a positive time")
+            if prev_name and v < prev * (1 - 1e-12):
+                raise FormatError(f"{where}.{name}: below {prev_name}: not statistics of one "
+                                  "sample set")
+            prev, prev_name = v, name
+    return s
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    d: dict = {}
+    for k, v in pairs:
+        if k in d:  # json.loads would keep the last silently; the C reader refuses it
+            raise FormatError(f"{k}: given twice")
+        d[k] = v
+    return d
+
+
+def _no_constant(name: str) -> Any:
+    raise FormatError(f"{name} is not JSON (a non-finite number is written as null)")
 
 
 def parse_json(text: str, name: str = "(memory)") -> Report:
     """A report from its JSON text (see read_json)."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise FormatError(f"{name}: not valid JSON ({e})") from None
+    except FormatError as e:
+        raise FormatError(f"{name}: {e}") from None
     if not isinstance(doc, dict):
         raise FormatError(f"{name}: (top level): expected an object")
     if doc.get("schema") != "fp4bench/1":  # the C reader's rule: other JSON is no report
@@ -350,51 +442,74 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
     if not isinstance(doc.get("rows"), list):
         raise FormatError(f"{name}: rows: missing or not an array")
     rep = Report()
-    fb = doc.get("fp4bench") or {}
-    rep.version = fb.get("version", "")
-    rep.commit = fb.get("commit", "")
-    rep.started = doc.get("started", "")
-    rep.host = doc.get("host", "")
-    rep.command = doc.get("command", "")
+    fb = _obj(doc, "fp4bench", name) or {}
+    rep.version = _s(fb, "version", f"{name}: fp4bench", "")
+    rep.commit = _s(fb, "commit", f"{name}: fp4bench", "")
+    rep.started = _s(doc, "started", name, "")
+    rep.host = _s(doc, "host", name, "")
+    rep.command = _s(doc, "command", name, "")
     rep.interrupted = bool(doc.get("interrupted", False))
     rep.device.update(doc.get("device") or {})
-    rep.ceilings.update(doc.get("ceilings") or {})
+    rep.ceilings.update(_obj(doc, "ceilings", name) or {})
     rep.settings.update(doc.get("settings") or {})
     for key in ("seed", "order_seed"):
-        if isinstance(rep.settings.get(key), str):
-            rep.settings[key] = int(rep.settings[key])
+        if key in rep.settings:
+            rep.settings[key] = _read_u64(rep.settings, key, f"{name}: settings")
     for i, o in enumerate(doc["rows"]):
         w = f"{name}: rows[{i}]"
         if not isinstance(o, dict):
             raise FormatError(f"{w}: expected an object")
-        for key in ("label", "m", "n", "k", "backend", "state", "l2", "time_us"):
-            if key not in o:
-                raise FormatError(f"{w}.{key}: missing")
-        ratio = o.get("ratio")
-        tel = o.get("telemetry")
-        if isinstance(tel, dict) and isinstance(tel.get("throttle_reasons"), str):
-            tel = dict(tel, throttle_reasons=int(tel["throttle_reasons"]))
+        m, n, k = (_i(o, key, w, lo=1) for key in ("m", "n", "k"))
+        if k % 16:
+            raise FormatError(f"{w}.k: not a multiple of 16 (the NVFP4 block)")
+        if k > 1 << 20:
+            raise FormatError(f"{w}.k: above 2^20 (no run measures such a K)")
+        if m * n > 1 << 61:
+            raise FormatError(f"{w}: shape {m}x{n}x{k}: output size overflows")
+        ratio = _obj(o, "ratio", w)
+        if ratio is not None:
+            rv = (_f(ratio, "value", f"{w}.ratio"), _f(ratio, "lo", f"{w}.ratio"),
+                  _f(ratio, "hi", f"{w}.ratio"))
+            if rv[0] <= 0 or rv[1] <= 0:
+                raise FormatError(f"{w}.ratio: expected a positive ratio or null")
+            if rv[1] > rv[2]:
+                raise FormatError(f"{w}.ratio.hi: below lo")
+        tel = _obj(o, "telemetry", w)
+        if tel is not None and "throttle_reasons" in tel:
+            tel = dict(tel, throttle_reasons=_read_u64(tel, "throttle_reasons", f"{w}.telemetry"))
         samples = o.get("samples_us")
+        if samples is not None:
+            if not isinstance(samples, list):
+                raise FormatError(f"{w}.samples_us: expected an array")
+            for j, v in enumerate(samples):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or
+                                      not math.isfinite(v) or v <= 0):
+                    raise FormatError(f"{w}.samples_us[{j}]: expected a positive time or null")
+        time_us = _stats(o.get("time_us"), f"{w}.time_us")
+        if time_us.count > 0 and not time_us.median > 0 and not math.isnan(time_us.median):
+            raise FormatError(f"{w}.time_us.median: expected a positive time (the row has "
+                              "samples) or null")
         rep.rows.append(Row(
-            label=o["label"], m=int(o["m"]), n=int(o["n"]), k=int(o["k"]),
-            backend=o["backend"], state=o["state"], variant=o.get("variant", ""),
-            reason=o.get("reason", ""), verified=int(o.get("verified", 0)),
-            verify_note=o.get("verify_note", ""), err_max=_f(o, "err_max", w),
-            err_norm=_f(o, "err_norm", w), l2=o["l2"], timing=o.get("timing", ""),
-            copies=int(o.get("copies", 0)), batch=int(o.get("batch", 0)),
+            label=_s(o, "label", w), m=m, n=n, k=k,
+            backend=_s(o, "backend", w), state=_s(o, "state", w, allowed=_STATES),
+            variant=_s(o, "variant", w, ""),
+            reason=_s(o, "reason", w, ""), verified=_i(o, "verified", w, 0, -1, 1),
+            verify_note=_s(o, "verify_note", w, ""), err_max=_f(o, "err_max", w),
+            err_norm=_f(o, "err_norm", w), l2=_s(o, "l2", w, allowed=_L2_MODES),
+            timing=_s(o, "timing", w, "", allowed=_TIMING_MODES),
+            copies=_i(o, "copies", w, 0, 0), batch=_i(o, "batch", w, 0, 0),
             rotation_bytes=_f(o, "rotation_bytes", w),
-            verified_copies=int(o.get("verified_copies", 0)), gpu=int(o.get("gpu", 0)),
+            verified_copies=_i(o, "verified_copies", w, 0, 0), gpu=_i(o, "gpu", w, 0, 0),
             own_err=_f(o, "own_err", w),
             interrupted=bool(o.get("interrupted", False)),
-            time_us=_stats(o["time_us"], f"{w}.time_us"),
+            time_us=time_us,
             launch_us=None if o.get("launch_us") is None else
             _stats(o["launch_us"], f"{w}.launch_us"),
             timed_out=bool(o.get("timed_out", False)), prepare_ms=_f(o, "prepare_ms", w),
             flops=_f(o, "flops", w), bytes=_f(o, "bytes", w), tflops=_f(o, "tflops", w),
             gbps=_f(o, "gbps", w), floor_us=_f(o, "floor_us", w),
             pct_roofline=_f(o, "pct_roofline", w), pct_peak=_f(o, "pct_peak", w),
-            ratio=None if ratio is None else (_f(ratio, "value", w), _f(ratio, "lo", w),
-                                              _f(ratio, "hi", w)),
+            ratio=None if ratio is None else rv,
             telemetry=tel,
             samples_us=None if samples is None else
             [math.nan if v is None else float(v) for v in samples],
@@ -405,7 +520,11 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
 def read_json(path: str) -> Report:
     """A report written by bench() or `fp4bench run --json` (schema_version 1)."""
     with open(path, encoding="utf-8") as f:
-        return parse_json(f.read(), str(path))
+        try:
+            text = f.read()
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return parse_json(text, str(path))
 
 
 __all__ = ["Row", "Report", "read_json", "parse_json", "FormatError", "SCHEMA_VERSION"]

@@ -127,6 +127,10 @@ class Dequantize(unittest.TestCase):
             flat = q.scales_swizzled.reshape(-1).copy()
             flat[idx.reshape(-1)] = 0
             self.assertFalse(flat.any(), "padding bytes must be zero")
+        # scales that do not match cols are refused, never read past their end
+        for shape, cols in [((4, 1), 64), ((128, 1), 1600000), ((4, 4), 60), ((64,), 16)]:
+            with self.assertRaises(ValueError):
+                fp4bench.swizzle_scales(np.zeros(shape, np.uint8), cols)
 
     def test_bf16_rounding(self) -> None:
         x = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf, -np.inf, 3.4e38, 1e-40],

@@ -157,6 +157,68 @@ class JsonRoundTrip(unittest.TestCase):
                 rp.parse_json(doc)
         self.assertEqual(Stats().count, 0)
 
+    def test_refuses_what_no_run_writes(self) -> None:
+        """The C reader's rules: a field of the wrong type, a value no run writes, a key
+        given twice or a non-JSON number is a FormatError naming the field, never a
+        Python error or a silently wrong number."""
+        head = '"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}'
+        usual = {"label": '"x"', "m": "16", "n": "64", "k": "64", "backend": '"b"',
+                 "state": '"ok"', "l2": '"cold"', "timing": '"host"',
+                 "time_us": '{"count": 10, "median": 35.5, "noise": 0.004}'}
+
+        def doc(**fields: str) -> str:
+            row = dict(usual, **fields)
+            return '{%s, "rows": [{%s}]}' % (head, ", ".join(f'"{k}": {v}' for k, v in
+                                                            row.items()))
+
+        self.assertEqual(rp.parse_json(doc()).rows[0].m, 16)
+        bad = [({"m": "null"}, "rows[0].m: expected an integer"),
+               ({"m": '"16"'}, "rows[0].m: expected an integer"),
+               ({"m": "16.5"}, "rows[0].m: expected an integer"),
+               ({"m": "0"}, "rows[0].m: integer out of range"),
+               ({"m": "9007199254740993"}, "rows[0].m: integer out of range"),
+               ({"k": "65"}, "rows[0].k: not a multiple of 16"),
+               ({"k": "2097152"}, "rows[0].k: above 2^20"),
+               ({"label": "5"}, "rows[0].label: expected a string"),
+               ({"backend": "null"}, "rows[0].backend: expected a string"),
+               ({"label": '"a\\u0000b"'}, "rows[0].label: holds"),
+               ({"state": '"weird"'}, "rows[0].state: expected one of"),
+               ({"l2": '"lukewarm"'}, "rows[0].l2: expected one of"),
+               ({"verified": "null"}, "rows[0].verified: expected an integer"),
+               ({"ratio": "1.5"}, "rows[0].ratio: expected an object"),
+               ({"ratio": '{"value": -1, "lo": 5, "hi": 1}'}, "rows[0].ratio: expected a positive"),
+               ({"ratio": '{"value": 2, "lo": 5, "hi": 1}'}, "rows[0].ratio.hi: below lo"),
+               ({"telemetry": "[1, 2]"}, "rows[0].telemetry: expected an object"),
+               ({"samples_us": '["a"]'}, "rows[0].samples_us[0]: expected a positive time"),
+               ({"samples_us": "[1, -2]"}, "rows[0].samples_us[1]: expected a positive time"),
+               ({"time_us": '{"count": null}'}, "rows[0].time_us.count: expected an integer"),
+               ({"time_us": '{"count": 10, "median": 0}'}, "rows[0].time_us.median: expected a "
+                                                           "positive time"),
+               ({"time_us": '{"count": 10, "median": 5, "p10": 6}'}, "rows[0].time_us.median: "
+                                                                     "below p10"),
+               ({"time_us": '{"count": 3, "median": 2, "noise": -0.1}'}, "noise: negative"),
+               ({"time_us": '{"count": 3, "median": 1e999}'}, "not finite"),
+               ({"time_us": '{"count": 3, "median": NaN}'}, "NaN is not JSON")]
+        for fields, want in bad:
+            with self.subTest(fields=fields):
+                with self.assertRaises(rp.FormatError) as cm:
+                    rp.parse_json(doc(**fields))
+                self.assertIn(want, str(cm.exception))
+        with self.assertRaises(rp.FormatError) as cm:
+            rp.parse_json('{%s, "rows": [], "rows": []}' % head)
+        self.assertIn("rows: given twice", str(cm.exception))
+        with self.assertRaises(rp.FormatError) as cm:
+            rp.parse_json('{"schema": "fp4bench/1", "schema_version": 1, "device": {}, '
+                          '"settings": {"seed": "abc"}, "rows": []}')
+        self.assertIn("settings.seed", str(cm.exception))
+
+    def test_untimed_rows_have_no_time(self) -> None:
+        row = rp.Row(label="v", m=16, n=64, k=64, backend="cpu-ref", l2="cold", timing="host",
+                     time_us=Stats(0, 0.0), verified=-1)
+        self.assertTrue(math.isnan(row.median_us))
+        line = report([row]).table().splitlines()[1].split()
+        self.assertEqual(line[5:8], ["-", "-", "-"])
+
 
 if __name__ == "__main__":
     unittest.main()
