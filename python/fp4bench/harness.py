@@ -681,16 +681,23 @@ def bench(backends: Mapping[str, Any], shapes: Union[None, str, Sequence[Any]] =
         raise ValueError("bench() needs at least one backend")
     specs = {str(name): _as_backend(b) for name, b in backends.items()}
     for name in specs:
-        b = name.encode()
-        if not b or len(b) >= _lib.NAME_LEN or any(c in name for c in " \t\n,"):
+        try:
+            b = name.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"backend name {name!r} is not valid UTF-8 text") from None
+        if not b or len(b) >= _lib.NAME_LEN or any(c in name for c in " \t\n,\0"):
             raise ValueError(f"backend name {name!r}: 1 to {_lib.NAME_LEN - 1} bytes, "
-                             "no spaces or commas")
+                             "no spaces, commas or NUL")
     fmt.data_kind(data)  # a ValueError for an unknown kind, before anything runs
     if baseline is None and len(specs) > 1:
         baseline = next(iter(specs))
     if baseline is not None and baseline not in specs:
         raise ValueError(f"baseline {baseline!r} is not one of the backends")
     case_list = make_cases(shapes, preset)
+    if json:  # before anything runs, as `fp4bench run --json` fails at once
+        folder = os.path.dirname(os.path.realpath(json)) or "."
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(f"cannot create {json}: its folder {folder} is missing or not writable")
     if device == "cuda":
         runner: Union[_HostRunner, _CudaRunner] = _CudaRunner()
     elif device == "cpu":
@@ -919,13 +926,23 @@ def _run_case(case: Case, specs: dict[str, Backend], runner: Any, rep: Report,
                     except Exception as e:
                         s.fail(e, "verification after timing")
     except KeyboardInterrupt:
+        # as the engine: a row stopped before its first sample is left out (it
+        # would read as a result); one with samples keeps them and its ratio
+        base = next((s for s in slots if s.name == o.baseline and s.active and s.samples), None)
+        o.partial = []
         for s in slots:
+            if s.active and not s.samples:
+                continue
             s.row.interrupted = s.active or s.row.interrupted
-            if s.active and s.samples:
+            if s.active:
                 s.row.time_us = st.compute(s.samples)
                 _fill_metrics(s.row, s.spec, rep.device, runner.gpu)
+                if base is s:
+                    s.row.ratio = (1.0, 1.0, 1.0)
+                elif base is not None:
+                    s.row.ratio = st.paired_ratio(base.samples, s.samples)
             s.row.samples_us = list(s.samples)
-        o.partial = [s.row for s in slots]
+            o.partial.append(s.row)
         raise
 
     base = next((s for s in slots if s.name == o.baseline), None)

@@ -75,6 +75,9 @@ def cases(shapes: Union[None, str, Iterable[ShapeLike]] = None,
         raise ValueError("give shapes or a preset, not both")
     if isinstance(shapes, str):
         return parse(shapes)
+    if isinstance(shapes, tuple) and len(shapes) in (3, 4) and \
+            all(isinstance(v, int) for v in shapes[:3]):
+        shapes = [shapes]  # one (M, N, K) given bare
     out: list[Case] = []
     for s in shapes:
         if isinstance(s, Case):
@@ -82,13 +85,23 @@ def cases(shapes: Union[None, str, Iterable[ShapeLike]] = None,
         elif isinstance(s, str):
             out.extend(parse(s))
             continue
-        elif len(s) in (3, 4):
+        elif isinstance(s, (tuple, list)) and len(s) in (3, 4):
             c = Case(int(s[0]), int(s[1]), int(s[2]), str(s[3]) if len(s) == 4 else "custom")
         else:
             raise ValueError(f"a shape is (M, N, K) or (M, N, K, label), not {s!r}")
         if min(c.m, c.n, c.k) < 1 or c.k % 16:
             raise ValueError(f"bad shape {c.m}x{c.n}x{c.k}: sizes >= 1 and K a multiple of 16")
-        if len(c.label.encode()) >= _lib.LABEL_LEN:
+        if c.k > 1 << 20:  # fp4_shape_check: the exact reference's integer sums
+            raise ValueError(f"bad shape {c.m}x{c.n}x{c.k}: K above 2^20")
+        if c.m * c.n > 1 << 61:
+            raise ValueError(f"bad shape {c.m}x{c.n}x{c.k}: the output size overflows")
+        try:
+            label = c.label.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"label {c.label!r} is not valid UTF-8 text") from None
+        if b"\0" in label:
+            raise ValueError(f"label {c.label!r} holds a NUL character")
+        if len(label) >= _lib.LABEL_LEN:
             raise ValueError(f"label {c.label!r} is longer than {_lib.LABEL_LEN - 1} bytes")
         out.append(c)
     return out

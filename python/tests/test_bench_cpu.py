@@ -6,6 +6,7 @@ that `fp4bench compare` reads."""
 
 from __future__ import annotations
 
+import time
 import unittest
 
 import numpy as np
@@ -67,6 +68,64 @@ class BenchOnCpu(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             with open(self.tmp / "r.html", encoding="utf-8") as f:
                 self.assertIn("np-out", f.read())
+
+    def test_bad_input_refused_before_running(self) -> None:
+        calls = []
+
+        def counted(ops: fp4bench.Operands) -> np.ndarray:
+            calls.append(1)
+            return dq_gemm(ops)
+
+        for shapes in ([16], [(16, 64)], [(1, 16, 1 << 21)], [(4, 16, 32, "a\0b")],
+                       [(4, 16, 32, "\udc80")]):
+            with self.subTest(shapes=shapes), self.assertRaises(ValueError):
+                fp4bench.bench({"np": counted}, shapes, **QUICK)
+        for name in ("a\0b", "x\udc80"):
+            with self.subTest(name=name), self.assertRaises(ValueError):
+                fp4bench.bench({name: counted}, [(4, 16, 32)], **QUICK)
+        with self.assertRaises(OSError) as cm:
+            fp4bench.bench({"np": counted}, [(4, 16, 32)], json=self.tmp / "no/x.json", **QUICK)
+        self.assertIn("cannot create", str(cm.exception))
+        self.assertEqual(calls, [], "a refused bench() ran a backend")
+        # one (M, N, K) given bare is one shape
+        rep = fp4bench.bench({"np": counted}, (4, 16, 32), **QUICK)
+        self.assertEqual([(r.m, r.n, r.k) for r in rep.rows], [(4, 16, 32)])
+
+    def test_ctrl_c(self) -> None:
+        """Ctrl-C (KeyboardInterrupt from a call) as the engine: rows with samples are
+        kept with their ratio, a row stopped before its first sample is left out."""
+        # 1 ms a call: the warm-up (1 s, or 2 ms) and the 50 samples outlast call 30
+        for measured, warmup_ms in ((False, 1000.0), (True, 2.0)):
+            calls = []
+
+            def stops(ops: fp4bench.Operands) -> np.ndarray:
+                calls.append(1)
+                time.sleep(0.001)
+                if len(calls) == 30:
+                    raise KeyboardInterrupt
+                return dq_gemm(ops)
+
+            def slow(ops: fp4bench.Operands) -> np.ndarray:
+                time.sleep(0.001)
+                return dq_gemm(ops)
+
+            path = self.tmp / f"int{int(measured)}.json"
+            try:
+                fp4bench.bench({"np-ret": slow, "stops": stops}, [(8, 64, 128)], json=path,
+                               **dict(QUICK, warmup_ms=warmup_ms, max_time=10, min_samples=50))
+                self.fail("no KeyboardInterrupt")
+            except KeyboardInterrupt as e:
+                rep = e.report  # type: ignore[attr-defined]
+            back = rp.read_json(path)
+            self.assertTrue(rep.interrupted and back.interrupted)
+            for r in back.rows:
+                self.assertEqual(r.state, "ok", r.reason)
+                self.assertGreater(r.time_us.count, 0, "an unmeasured row was kept")
+            if measured:
+                self.assertEqual([r.backend for r in back.rows], ["np-ret", "stops"])
+                self.assertIsNotNone(back.rows[1].ratio)
+            else:
+                self.assertEqual(back.rows, [])
 
     def test_cli_and_package_rows_match_up(self) -> None:
         cli = self.tmp / "cli.json"
