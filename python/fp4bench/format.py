@@ -10,6 +10,7 @@ bytes in the 128x4 layout (docs/FORMAT.md).
 from __future__ import annotations
 
 import functools
+import warnings
 from ctypes import POINTER, byref, c_double, c_float, c_int, c_uint8, c_uint16
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -275,6 +276,9 @@ def quantize(x: Any, global_scale: Optional[float] = None, *,
     encode_scale: the encode scale itself, as `fp4bench quantize --encode-scale`
        takes it (exclusive with global_scale).
     The result's global_scale is 1/encode_scale in fp32, as the library sets it.
+    A given scale that zeroes or clips every nonzero block is a ValueError (the
+    tensor would be lost), one that zeroes or clips some blocks a warning, as
+    `fp4bench quantize` does.
     """
     if global_scale is not None and encode_scale is not None:
         raise ValueError("give global_scale or encode_scale, not both")
@@ -298,7 +302,35 @@ def quantize(x: Any, global_scale: Optional[float] = None, *,
         ptr = arr.ctypes.data_as(POINTER(c_float))
         fill = lambda m, err: L.fp4_quantize_f32(ptr, rows, cols, c_float(enc), byref(m),
                                                  byref(err))
-    return _from_library(fill, "quantize")
+    q = _from_library(fill, "quantize")
+    if enc > 0:
+        _check_encode_scale(bf16_to_f32(arr) if kind == "bf16" else arr, q, enc)
+    return q
+
+
+def _check_encode_scale(x: np.ndarray, q: NVFP4, enc: float) -> None:
+    """The CLI's check_encode_scale (src/cli/cmd_tensor.c) on a quantized tensor."""
+    bm = np.abs(x.astype(np.float32)).reshape(x.shape[0], -1, 16).max(axis=2)
+    nonzero = bm > 0
+    zeroed = nonzero & (e4m3_table()[q.scales] == 0)
+    clipped = nonzero & ~zeroed & (np.float64(enc) * (bm / np.float32(6.0)) > 448.0)
+    amax = float(bm.max()) if bm.size else 0.0
+    fits = 2688.0 / amax if amax > 0 else 1.0
+    n, z, c = int(nonzero.sum()), int(zeroed.sum()), int(clipped.sum())
+    if n and z == n:
+        raise ValueError(f"encode_scale {enc:g}: every block's scale rounds to 0 in E4M3, so the "
+                         f"tensor would be all zeros; its largest |x| is {amax:g}, which scale "
+                         f"{fits:g} fits")
+    if n and c == n:
+        raise ValueError(f"encode_scale {enc:g}: every block's scale is clipped at E4M3's "
+                         f"largest, so every value would be clipped; its largest |x| is {amax:g}, "
+                         f"which scale {fits:g} fits")
+    if c:
+        warnings.warn(f"encode_scale {enc:g} clips {c} of {n} blocks at E4M3's largest scale "
+                      f"({fits:g} fits the largest |x|, {amax:g})", stacklevel=3)
+    if z:
+        warnings.warn(f"encode_scale {enc:g} rounds {z} of {n} blocks to 0 ({fits:g} fits the "
+                      f"largest |x|, {amax:g})", stacklevel=3)
 
 
 def dequantize(q: NVFP4, with_global_scale: bool = True) -> np.ndarray:

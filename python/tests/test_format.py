@@ -66,6 +66,16 @@ class QuantizeMatchesCli(unittest.TestCase):
         self.same(fp4bench.quantize(x, encode_scale=1234.5), cli)
         q = fp4bench.quantize(x, global_scale=1.0 / 1234.5)
         self.assertEqual(np.float32(q.global_scale), np.float32(1) / np.float32(1234.5))
+        # a scale that loses the tensor is refused, one that clips some blocks warns (the CLI's rules)
+        for scale in (1e-30, 1e30):
+            with self.assertRaises(ValueError):
+                fp4bench.quantize(x, encode_scale=scale)
+            p = run("quantize", "--in", self.tmp / "x.npy", "--out", self.tmp / "s.safetensors",
+                    "--encode-scale", str(scale), check_rc=None)
+            self.assertEqual(p.returncode, 2, p.stderr)
+        x[0, :16] *= 1e4  # one block far above the rest: clipped at a scale that fits the others
+        with self.assertWarns(UserWarning):
+            fp4bench.quantize(x, encode_scale=1234.5)
 
     def test_bf16_and_fp16(self) -> None:
         x = gaussian(24, 64, 3)
