@@ -101,6 +101,10 @@ class Row:
     ratio: Optional[tuple[float, float, float]] = None  # value, lo, hi
     telemetry: Optional[dict[str, Any]] = None
     samples_us: Optional[list[float]] = None
+    # what `fp4bench moe` and `run --gpus` add (docs/JSON.md), kept as read so a file
+    # read and written again keeps them: an MoE row's workload and its steps
+    moe: Optional[dict[str, Any]] = None
+    steps: Optional[list[dict[str, Any]]] = None
 
     @property
     def median_us(self) -> float:
@@ -153,6 +157,10 @@ class Row:
                 "thermal_samples": int(t.get("thermal_samples", 0)),
                 "hw_slowdown_samples": int(t.get("hw_slowdown_samples", 0)),
             }
+        if self.moe is not None:
+            o["moe"] = self.moe
+        if self.steps is not None:
+            o["steps"] = self.steps
         if keep_samples:
             o["samples_us"] = [_num(v) for v in (self.samples_us or [])]
         return o
@@ -199,6 +207,7 @@ class Report:
     ceilings: dict[str, Any] = field(default_factory=empty_ceilings)
     settings: dict[str, Any] = field(default_factory=default_settings)
     rows: list[Row] = field(default_factory=list)
+    gpus: Optional[list[dict[str, Any]]] = None  # `run --gpus`: each GPU, as read
 
     def to_json(self) -> dict[str, Any]:
         s = dict(self.settings)
@@ -211,7 +220,7 @@ class Report:
         dev = dict(self.device)
         for k in ("name", "why_absent", "driver_string"):
             dev[k] = _cut(str(dev.get(k, "")), k)
-        return {
+        out = {
             "schema": "fp4bench/1",
             "schema_version": SCHEMA_VERSION,
             "fp4bench": {"version": _cut(self.version, "version"),
@@ -226,6 +235,9 @@ class Report:
             "settings": s,
             "rows": [r.to_json(bool(self.settings.get("keep_samples"))) for r in self.rows],
         }
+        if self.gpus is not None:
+            out["gpus"] = self.gpus
+        return out
 
     def write_json(self, path: str) -> None:
         """The whole report to path as the CLI writes files (src/io/file.c): a
@@ -261,14 +273,16 @@ class Report:
             raise
 
     def row(self, backend: str, label: Optional[str] = None, m: Optional[int] = None,
-            n: Optional[int] = None, k: Optional[int] = None) -> Row:
-        """The first row matching the given fields (KeyError if none)."""
+            n: Optional[int] = None, k: Optional[int] = None, gpu: Optional[int] = None) -> Row:
+        """The first row matching the given fields (KeyError if none); gpu: the
+        CUDA device of a `run --gpus` row."""
         for r in self.rows:
             if r.backend == backend and (label is None or r.label == label) and \
                     (m is None or r.m == m) and (n is None or r.n == n) and \
-                    (k is None or r.k == k):
+                    (k is None or r.k == k) and (gpu is None or r.gpu == gpu):
                 return r
-        raise KeyError(f"no row for backend {backend!r} {label or ''} {m}x{n}x{k}")
+        raise KeyError(f"no row for backend {backend!r} {label or ''} {m}x{n}x{k}"
+                       f"{'' if gpu is None else f' on GPU {gpu}'}")
 
     def table(self) -> str:
         """A plain-text table of the rows (median us with the CLI's flags: T time
@@ -276,11 +290,14 @@ class Report:
         L2, I interrupted; noise; the ratio with its 95% CI)."""
         head = ["label", "M", "N", "K", "backend", "median us", "noise", "ratio [95% CI]",
                 "TFLOP/s", "verified"]
-        lines = [head]
+        # rows of several GPUs (`run --gpus`) would read as duplicates without their GPU
+        by_gpu = self.gpus is not None or any(r.gpu != 0 for r in self.rows)
+        lines = [head + (["GPU"] if by_gpu else [])]
         for r in self.rows:
+            gpu = [str(r.gpu)] if by_gpu else []
             if r.state != "ok":
                 lines.append([r.label, str(r.m), str(r.n), str(r.k), r.backend, "-", "-", "-",
-                              "-", f"{r.state} ({r.reason})"])
+                              "-", f"{r.state} ({r.reason})"] + gpu)
                 continue
             # an untimed row (--verify-only, count 0) has no time: "-", as the CLI's table
             med = r.time_us.median if r.time_us.count > 0 else math.nan
@@ -298,8 +315,8 @@ class Report:
                           f"{100 * noise:.2f}%" if math.isfinite(noise) else "-",
                           ratio, f"{r.tflops:.3g}" if r.tflops else "-",
                           f"ok {r.err_max:.2g}" if r.verified == 1 else
-                          ("reference" if r.verified == -1 else "no")])
-        width = [max(len(line[i]) for line in lines) for i in range(len(head))]
+                          ("reference" if r.verified == -1 else "no")] + gpu)
+        width = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
         left = {0, 4, 9}
         out = []
         for line in lines:
@@ -452,6 +469,10 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
     rep.device.update(doc.get("device") or {})
     rep.ceilings.update(_obj(doc, "ceilings", name) or {})
     rep.settings.update(doc.get("settings") or {})
+    gpus = doc.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, dict) for g in gpus)):
+        raise FormatError(f"{name}: gpus: expected an array of objects or null")
+    rep.gpus = gpus
     for key in ("seed", "order_seed"):
         if key in rep.settings:
             rep.settings[key] = _read_u64(rep.settings, key, f"{name}: settings")
@@ -485,6 +506,10 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
                 if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or
                                       not math.isfinite(v) or v <= 0):
                     raise FormatError(f"{w}.samples_us[{j}]: expected a positive time or null")
+        steps = o.get("steps")
+        if steps is not None and not (isinstance(steps, list) and
+                                      all(isinstance(x, dict) for x in steps)):
+            raise FormatError(f"{w}.steps: expected an array of objects or null")
         time_us = _stats(o.get("time_us"), f"{w}.time_us")
         if time_us.count > 0 and not time_us.median > 0 and not math.isnan(time_us.median):
             raise FormatError(f"{w}.time_us.median: expected a positive time (the row has "
@@ -513,6 +538,7 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
             telemetry=tel,
             samples_us=None if samples is None else
             [math.nan if v is None else float(v) for v in samples],
+            moe=_obj(o, "moe", w), steps=steps,
         ))
     return rep
 

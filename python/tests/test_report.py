@@ -212,6 +212,33 @@ class JsonRoundTrip(unittest.TestCase):
                           '"settings": {"seed": "abc"}, "rows": []}')
         self.assertIn("settings.seed", str(cm.exception))
 
+    def test_moe_and_gpus_fields_kept(self) -> None:
+        """An MoE file's rows keep their moe and steps, a `run --gpus` file its gpus,
+        read and written again; rows of several GPUs get a GPU column and row(gpu=)."""
+        import os
+        src = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "results", "h200",
+                           "moe", "glm5-layer.json")
+        with open(src, encoding="utf-8") as f:
+            want = json.load(f)
+        out = self.tmp / "again.json"
+        rp.read_json(src).write_json(out)
+        with open(out, encoding="utf-8") as f:
+            got = json.load(f)
+        self.assertTrue(any(r.get("steps") for r in want["rows"]))
+        self.assertEqual([r.get("moe") for r in got["rows"]], [r.get("moe") for r in want["rows"]])
+        self.assertEqual([r.get("steps") for r in got["rows"]],
+                         [r.get("steps") for r in want["rows"]])
+        rows = [gpu_row("up", 16, "fp4-sm90", 7.5), gpu_row("up", 16, "fp4-sm90", 9.5)]
+        rows[1].gpu = 1
+        r = report(rows)
+        r.gpus = [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}]
+        r.write_json(out)
+        back = rp.read_json(out)
+        self.assertEqual(back.gpus, r.gpus)
+        self.assertEqual(back.row("fp4-sm90", gpu=1).time_us.median, rows[1].time_us.median)
+        table = back.table().splitlines()
+        self.assertTrue(table[0].split()[-1] == "GPU" and table[2].split()[-1] == "1", table)
+
     def test_untimed_rows_have_no_time(self) -> None:
         row = rp.Row(label="v", m=16, n=64, k=64, backend="cpu-ref", l2="cold", timing="host",
                      time_us=Stats(0, 0.0), verified=-1)
