@@ -53,7 +53,7 @@ static const char run_usage[] =
     "  --max-time S               time limit per measurement in seconds (default 10; 3 without GPU)\n"
     "  --no-ceilings              do not measure bandwidth / tensor-rate ceilings\n"
     "  --baseline-tuning on|off   on (default): cuBLAS/cuBLASLt baselines time their top\n"
-    "                             heuristic algorithms (>= 8) once and keep the fastest,\n"
+    "                             heuristic algorithms (up to 8) once and keep the fastest,\n"
     "                             named in the row's variant; off: the library's first choice\n"
     "  --min-batch N              calls per graph replay, at least (default 64)\n"
     "  --verify-only              verify every backend, do not time\n"
