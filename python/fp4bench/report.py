@@ -409,14 +409,17 @@ def _stats(o: Any, where: str) -> Stats:
                                                  "stdev", "noise")))
     if s.noise < 0:
         raise FormatError(f"{where}.noise: negative (a relative width is >= 0)")
-    if s.count > 0:  # order statistics of positive times
+    if s.count > 0:  # order statistics of times, among those given (null, or 0: not filled)
         prev, prev_name = 0.0, ""
         for name in ("min", "p10", "median", "p90", "max"):
             v = getattr(s, name)
-            if math.isnan(v):
+            if name == "median" and v <= 0:
+                raise FormatError(f"{where}.median: expected a positive time (the row has "
+                                  "samples) or null")
+            if v < 0:
+                raise FormatError(f"{where}.{name}: negative (a time is >= 0)")
+            if math.isnan(v) or v == 0:
                 continue
-            if v <= 0:
-                raise FormatError(f"{where}.{name}: expected a positive time")
             if prev_name and v < prev * (1 - 1e-12):
                 raise FormatError(f"{where}.{name}: below {prev_name}: not statistics of one "
                                   "sample set")
@@ -511,9 +514,6 @@ def parse_json(text: str, name: str = "(memory)") -> Report:
                                       all(isinstance(x, dict) for x in steps)):
             raise FormatError(f"{w}.steps: expected an array of objects or null")
         time_us = _stats(o.get("time_us"), f"{w}.time_us")
-        if time_us.count > 0 and not time_us.median > 0 and not math.isnan(time_us.median):
-            raise FormatError(f"{w}.time_us.median: expected a positive time (the row has "
-                              "samples) or null")
         rep.rows.append(Row(
             label=_s(o, "label", w), m=m, n=n, k=k,
             backend=_s(o, "backend", w), state=_s(o, "state", w, allowed=_STATES),
