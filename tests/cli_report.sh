@@ -123,6 +123,12 @@ printf '{"schema_version": 1, "rows": [' >"$TMP/cut.json"
 expect 3 "cut.json: not valid JSON" -- "$FP4" report "$TMP/cut.json" --html "$TMP/e.html"
 printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": []}\n' >"$TMP/empty.json"
 expect 3 "empty.json: no rows to report" -- "$FP4" report "$TMP/x.json" "$TMP/empty.json" --html "$TMP/e.html"
+# times at the ends of the double range plot in bounded time (a subnormal median once
+# made the log axis count 2^31 decades)
+for t in 5e-324 1.7e308; do
+    printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": [{"label": "a", "m": 1, "n": 16, "k": 16, "backend": "b", "state": "ok", "l2": "cold", "time_us": {"count": 3, "median": %s}, "tflops": %s}]}\n' $t $t >"$TMP/extreme.json"
+    expect 0 "wrote" -- timeout 30 "$FP4" report "$TMP/extreme.json" --html "$TMP/extreme.html" --svg "$TMP/extreme.d"
+done
 # a key given twice would be read as its first value, silently
 printf '{"schema": "fp4bench/1", "schema_version": 1, "device": {}, "settings": {}, "rows": [], "rows": []}\n' >"$TMP/dup.json"
 expect 3 "dup.json: rows: given twice" -- "$FP4" report "$TMP/dup.json" --html "$TMP/e.html"

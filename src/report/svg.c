@@ -168,6 +168,11 @@ void fp4_svg_scale_fit(fp4_svg_scale *s, int log, int zero_based, double dmin, d
     if (log) {
         if (!(dmin > 0.0)) dmin = dmax > 0.0 ? dmax / 10.0 : 1.0;
         if (!(dmax > 0.0)) dmax = 10.0;
+        /* normal doubles with room for the padding: the decades stay countable
+         * (a subnormal time once made the tick loop run 2^31 decades) */
+        if (dmin < 1e-300) dmin = 1e-300;
+        if (dmax > 1e300) dmax = 1e300;
+        if (dmin > dmax) dmin = dmax;
         if (dmin == dmax) {
             s->lo = dmin / 2.0;
             s->hi = dmax * 2.0;
@@ -257,6 +262,7 @@ void fp4_svg_ticks_make(const fp4_svg_scale *s, fp4_svg_ticks *t)
         linear_ticks(s, t);
         return;
     }
+    if (!(s->lo > 0.0) || !(s->hi < HUGE_VAL)) return; /* not a scale fp4_svg_scale_fit makes */
     e0 = (int)floor(log10(s->lo));
     e1 = (int)ceil(log10(s->hi));
     /* at most about ten labelled decades on a very wide axis */
