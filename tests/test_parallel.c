@@ -236,7 +236,7 @@ static void test_tp_attention(void)
     fp4_err err;
     fp4_tp_attn_plan p;
     /* H 6144, 48 query heads of 128, 8 kv heads: at TP8 the query block per rank
-     * is CONTEXT.md's attention shape (M, 768, 6144) */
+     * is GLM-5's attention shape (M, 768, 6144) */
     const fp4_attn_dims gqa = {6144, 48, 8, 128};
     CHECK(fp4_tp_attn_plan_build(&gqa, 64, 8, FP4_PAR_BF16, &p, &err) == FP4_OK);
     CHECK(p.q_heads_rank == 6 && p.kv_heads_rank == 1 && p.kv_replicas == 1);
@@ -281,6 +281,10 @@ static void test_tp_attention(void)
     const fp4_attn_dims small_hd = {256, 8, 8, 12}; /* O's K slice 12 at TP8 */
     CHECK(fp4_tp_attn_plan_build(&small_hd, 16, 8, FP4_PAR_BF16, &p, &err) == FP4_ERR_SHAPE);
     CHECK(contains(err.msg, "O-projection"));
+    /* a head dim whose products would wrap int64 (32 heads of 2^62 + 4 once gave O's K 16) */
+    const fp4_attn_dims huge_hd = {4096, 32, 8, ((int64_t)1 << 62) + 4};
+    CHECK(fp4_tp_attn_plan_build(&huge_hd, 16, 8, FP4_PAR_BF16, &p, &err) == FP4_ERR_SHAPE);
+    CHECK(contains(err.msg, "head dim"));
     const fp4_attn_dims groups = {256, 8, 3, 64};
     CHECK(fp4_tp_attn_plan_build(&groups, 16, 1, FP4_PAR_BF16, &p, &err) == FP4_ERR_SHAPE);
     const fp4_attn_dims zero = {256, 0, 1, 64};

@@ -227,6 +227,10 @@ fp4_status fp4_tp_attn_plan_build(const fp4_attn_dims *d, int64_t tokens, int tp
     if (d->q_heads < 1 || d->kv_heads < 1 || d->head_dim < 1)
         return fp4_fail(err, FP4_ERR_SHAPE, "%s: %d query heads, %d kv heads of %lld: all >= 1",
                         who, d->q_heads, d->kv_heads, (long long)d->head_dim);
+    /* before any product: every GEMM width below stays far from int64's end */
+    if (d->head_dim > (1 << 20))
+        return fp4_fail(err, FP4_ERR_SHAPE, "%s: head dim %lld above 2^20", who,
+                        (long long)d->head_dim);
     if (d->q_heads % d->kv_heads != 0)
         return fp4_fail(err, FP4_ERR_SHAPE,
                         "%s: %d query heads do not group evenly over %d kv heads", who,
