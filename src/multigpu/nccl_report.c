@@ -103,7 +103,8 @@ static cJSON *report_tree(const fp4_coll_report *r)
         add(&ok, o, "runtime_version", number(in->runtime_version));
         add(&ok, o, "ranks", number(in->nranks));
         gpus = cJSON_CreateArray();
-        for (int k = 0; gpus && k < in->nranks && ok; k++) {
+        /* gpus[] holds at most FP4_NCCL_MAX_RANKS, whatever nranks says */
+        for (int k = 0; gpus && k < in->nranks && k < FP4_NCCL_MAX_RANKS && ok; k++) {
             cJSON *g = gpu_tree(&ok, &in->gpus[k]);
             if (!g || !cJSON_AddItemToArray(gpus, g)) {
                 cJSON_Delete(g);
