@@ -899,6 +899,23 @@ static void test_nvfp4(void)
     q.cols = 15;
     CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) != FP4_OK);
     q.cols = k;
+    /* what the loader refuses is never written: -0 means no input_scale, as a negative */
+    CHECK(fp4_nvfp4_save(p, &q, -0.0f, &e) == FP4_OK);
+    expect_load(p, FP4_OK, NULL, "input_scale -0: none");
+    CHECK(fp4_nvfp4_save(p, &q, 0.0f, &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "input scale"));
+    CHECK(fp4_nvfp4_save(p, &q, NAN, &e) == FP4_ERR_INVALID_ARG);
+    {
+        const float kept_gs = q.global_scale;
+        const uint8_t s0 = q.scales[0];
+        q.global_scale = -kept_gs;
+        CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "global scale"));
+        q.global_scale = kept_gs;
+        q.scales[0] = 0x7F;
+        CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "NaN"));
+        q.scales[0] = 0x81;
+        CHECK(fp4_nvfp4_save(p, &q, 1.0f, &e) == FP4_ERR_INVALID_ARG && strstr(e.msg, "negative"));
+        q.scales[0] = s0;
+    }
     fp4_matrix_free(&q);
     memset(&q, 0, sizeof q);
     q.rows = 1;

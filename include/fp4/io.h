@@ -101,7 +101,9 @@ size_t fp4_utf8_sanitize(char *s, size_t len);
 /* The tensor of that name in an array, or NULL. */
 const fp4_tensor *fp4_tensor_find(const fp4_tensor *tensors, int count, const char *name);
 
-/* Save an NVFP4 matrix as a ModelOpt-style checkpoint (input_scale < 0: omitted). */
+/* Save an NVFP4 matrix as a ModelOpt-style checkpoint (input_scale negative or -0:
+ * omitted). What fp4_nvfp4_load would refuse is FP4_ERR_INVALID_ARG: a global or
+ * input scale that is not finite and positive, a NaN or negative scale byte. */
 fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_scale,
                           fp4_err *err);
 /* Load one; checks every dtype and shape and says which tensor is wrong.

@@ -695,6 +695,19 @@ fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_sca
     if (!m->codes || !m->scales)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: NVFP4 matrix without codes or scales", path);
     gs = m->global_scale;
+    /* nothing fp4_nvfp4_load would refuse: finite positive global scales (a -0 or
+     * negative input_scale means none), UE4M3 block scales */
+    if (!isfinite(gs) || !(gs > 0.0f))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: global scale %g, expected a finite positive number",
+                        path, (double)gs);
+    if (!signbit(is) && (!isfinite(is) || !(is > 0.0f)))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "%s: input scale %g, expected a finite positive number (negative: none saved)", path,
+                        (double)is);
+    for (size_t i = 0; i < (size_t)m->rows * (size_t)(m->cols / FP4_BLOCK); i++)
+        if ((m->scales[i] & 0x7F) == 0x7F || m->scales[i] > 0x80)
+            return fp4_fail(err, FP4_ERR_INVALID_ARG, "%s: scale byte 0x%02X at %zu is %s", path, m->scales[i], i,
+                            (m->scales[i] & 0x7F) == 0x7F ? "NaN" : "negative (block scales are UE4M3)");
     memset(ts, 0, sizeof ts);
 
     snprintf(ts[0].name, sizeof ts[0].name, "weight");
@@ -719,7 +732,7 @@ fp4_status fp4_nvfp4_save(const char *path, const fp4_matrix *m, float input_sca
     ts[2].data = &gs;
     ts[2].nbytes = sizeof gs;
 
-    if (input_scale >= 0.0f) {
+    if (!signbit(is)) {
         snprintf(ts[3].name, sizeof ts[3].name, "input_scale");
         ts[3].dtype = FP4_DT_F32;
         ts[3].ndim = 0;
