@@ -1538,6 +1538,12 @@ static void test_spec_limits(void)
         free(big);
     }
 
+    /* a NULL list or preset name is an error, not a crash; no experts is not a division */
+    CHECK(fp4_cases_parse_shapes(NULL, "1x1x16", &e) == FP4_ERR_INVALID_ARG);
+    CHECK(fp4_cases_add(NULL, 1, 1, 16, NULL, &e) == FP4_ERR_INVALID_ARG);
+    CHECK(fp4_cases_from_preset(&l, NULL, &e) == FP4_ERR_INVALID_ARG);
+    CHECK(fp4_moe_tokens_per_expert(512, 8, 0) == 1 && fp4_moe_tokens_per_expert(512, 8, 256) == 16);
+
     /* labels: valid UTF-8, no control characters, under 64 bytes */
     CHECK(fp4_cases_parse_spec(&l, "1 8 16 caf\xc3\xa9\n", 13, "s", &e) == FP4_OK &&
           strcmp(l.items[0].label, "caf\xc3\xa9") == 0);

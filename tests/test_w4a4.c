@@ -159,6 +159,13 @@ out:
 
 static void test_activations(void)
 {
+    { /* a data kind the engine has none of is an error, not gaussian data */
+        fp4_matrix m;
+        fp4_err err;
+        CHECK(fp4_make_operand((fp4_data_kind)7, 4, 16, 1, &m, &err) == FP4_ERR_INVALID_ARG);
+        CHECK(fp4_make_operand(FP4_DATA_WIDE, 4, 16, 1, &m, &err) == FP4_OK);
+        fp4_matrix_free(&m);
+    }
     static const int64_t shapes[][2] = {{1, 16}, {3, 48}, {17, 2880}, {129, 6144}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         size_t inexact = 0, d;

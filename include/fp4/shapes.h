@@ -47,7 +47,8 @@ int fp4_preset_count(void);
 const char *fp4_preset_name(int i);
 const char *fp4_preset_summary(int i);
 
-/* MoE: tokens one expert sees on average = ceil(batch * topk / experts). */
+/* MoE: tokens one expert sees on average = ceil(batch * topk / experts), at least 1
+ * (also for experts < 1). */
 int64_t fp4_moe_tokens_per_expert(int64_t batch, int topk, int experts);
 
 #ifdef __cplusplus

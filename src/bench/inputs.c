@@ -97,10 +97,13 @@ fp4_status fp4_make_activations(fp4_data_kind kind, int64_t rows, int64_t cols, 
                                 uint16_t **x_out, fp4_matrix *out, fp4_err *err)
 {
     fp4_rng rng;
+    if (!out) return fp4_fail(err, FP4_ERR_INVALID_ARG, "make operand: NULL output");
     fp4_status st = fp4_check_dims(rows, cols, err);
     memset(out, 0, sizeof *out);
     if (x_out) *x_out = NULL;
     if (st != FP4_OK) return st;
+    if (kind < FP4_DATA_GAUSSIAN || kind > FP4_DATA_WIDE) /* not silently gaussian */
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "make operand: unknown data kind %d", (int)kind);
     size_t n = (size_t)rows * (size_t)cols;
     uint16_t *x = malloc(n * sizeof *x);
     if (!x) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %lldx%lld operand",

@@ -14,6 +14,7 @@ fp4_status fp4_cases_add(fp4_case_list *l, int64_t m, int64_t n, int64_t k, cons
                          fp4_err *err)
 {
     fp4_shape s = {m, n, k};
+    if (!l) return fp4_fail(err, FP4_ERR_INVALID_ARG, "NULL case list");
     fp4_status st = fp4_shape_check(&s, err);
     size_t len = label ? strlen(label) : 0;
     if (st != FP4_OK) return st;
@@ -70,6 +71,7 @@ static int parse_int(const char *s, const char *end, int64_t *out)
 fp4_status fp4_cases_parse_shapes(fp4_case_list *l, const char *arg, fp4_err *err)
 {
     const char *p = arg;
+    if (!l) return fp4_fail(err, FP4_ERR_INVALID_ARG, "NULL case list");
     if (!arg || !*arg) return fp4_fail(err, FP4_ERR_INVALID_ARG, "empty list");
     while (*p) {
         const char *end = strchr(p, ',');
@@ -95,6 +97,7 @@ fp4_status fp4_cases_parse_shapes(fp4_case_list *l, const char *arg, fp4_err *er
 
 int64_t fp4_moe_tokens_per_expert(int64_t batch, int topk, int experts)
 {
+    if (experts < 1) return 1; /* no experts: the least, not a division by zero */
     int64_t t = (batch * topk + experts - 1) / experts;
     return t < 1 ? 1 : t;
 }
@@ -199,6 +202,7 @@ const char *fp4_preset_summary(int i)
 
 fp4_status fp4_cases_from_preset(fp4_case_list *l, const char *name, fp4_err *err)
 {
+    if (!l || !name) return fp4_fail(err, FP4_ERR_INVALID_ARG, "NULL case list or preset name");
     for (int i = 0; i < fp4_preset_count(); i++)
         if (strcmp(presets[i].name, name) == 0) return presets[i].fill(l, err);
     char names[256] = "";
