@@ -220,6 +220,15 @@ static void test_fake_backends(void)
     snprintf(set.baseline, sizeof set.baseline, "cpu-ref");
     set.time_reference = 1; /* the ratios are against the reference here */
     memset(&rep, 0, sizeof rep);
+    { /* a stopping rule that cannot end is refused (a NaN limit once timed forever) */
+        fp4_settings bad = set;
+        bad.stop.max_time_s = NAN;
+        CHECK(fp4_engine_create(&bad, &rep, &e, &err) == FP4_ERR_INVALID_ARG && e == NULL);
+        bad = set;
+        bad.stop.noise_target = 0;
+        CHECK(fp4_engine_create(&bad, &rep, &e, &err) == FP4_ERR_INVALID_ARG);
+        CHECK(fp4_engine_create(NULL, &rep, &e, &err) == FP4_ERR_INVALID_ARG);
+    }
     CHECK(fp4_engine_create(&set, &rep, &e, &err) == FP4_OK);
     CHECK(fp4_engine_run_case(e, &c, 0, list, FAKE_MODES + 1, &rep, count_rows, &rows_seen,
                               &err) == FP4_OK);

@@ -163,9 +163,20 @@ static fp4_status engine_bind(const fp4_engine *e, fp4_err *err)
 fp4_status fp4_engine_create(const fp4_settings *set, fp4_report *report, fp4_engine **out,
                              fp4_err *err)
 {
+    if (!out) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_engine_create: NULL output");
+    *out = NULL;
+    if (!set || !report) return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_engine_create: NULL settings or report");
+    /* the stopping rule must end: a NaN time limit never does */
+    const fp4_stop_rule *r = &set->stop;
+    if (!(r->max_time_s > 0 && isfinite(r->max_time_s)) || !(r->noise_target > 0 && isfinite(r->noise_target)) ||
+        !(r->min_time_s >= 0 && r->min_time_s < HUGE_VAL) || r->min_samples < 1 ||
+        !(set->warmup_ms >= 0 && isfinite(set->warmup_ms)) || set->min_batch < 0)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "settings: max time %g s and noise target %g must be finite and > 0, min time %g s "
+                        "and warm-up %g ms finite and >= 0, min samples %d >= 1",
+                        r->max_time_s, r->noise_target, r->min_time_s, set->warmup_ms, r->min_samples);
     fp4_engine *e = calloc(1, sizeof *e);
     char why[160];
-    *out = NULL;
     if (!e) return fp4_fail(err, FP4_ERR_NOMEM, "no memory for the engine");
     e->set = *set;
     if (!e->set.order_seed) /* never 0: 0 asks for this derivation */
