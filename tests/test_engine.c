@@ -669,8 +669,36 @@ static void test_round_order(void)
     CHECK(nlog[0] == nlog[1] && memcmp(logs[0], logs[1], (size_t)nlog[0] * sizeof(int)) == 0);
 }
 
+/* A problem whose operands do not match its shape is refused by prepare(),
+ * not computed past the operands' buffers. */
+static void test_problem_check(void)
+{
+    const fp4_backend_ops *cpu = fp4_backend_find("cpu-ref");
+    float x[4 * 32];
+    fp4_matrix a4;
+    fp4_err err;
+    void *inst = NULL, *plan = NULL;
+    for (int i = 0; i < 4 * 32; i++) x[i] = (float)((i * 7) % 13) - 6.0f;
+    CHECK(cpu != NULL && fp4_quantize_f32(x, 4, 32, 0.0f, &a4, &err) == FP4_OK);
+    if (!cpu || cpu->open(&inst, &err) != FP4_OK) return;
+    fp4_gemm_problem p;
+    memset(&p, 0, sizeof p);
+    p.shape = (fp4_shape){8, 8, 32};
+    p.a = p.b = &a4;
+    p.alpha = 1.0f;
+    CHECK(cpu->prepare(inst, &p, 1, &plan, &err) == FP4_ERR_SHAPE && plan == NULL);
+    CHECK(strstr(err.msg, "A is [4, 32], the shape wants [8, 32]") != NULL);
+    p.shape = (fp4_shape){4, 4, 32};
+    CHECK(cpu->prepare(inst, &p, 0, &plan, &err) == FP4_ERR_INVALID_ARG); /* copies */
+    CHECK(cpu->prepare(inst, &p, 1, &plan, &err) == FP4_OK && plan != NULL);
+    if (plan) cpu->release(plan);
+    cpu->close(inst);
+    fp4_matrix_free(&a4);
+}
+
 int main(int argc, char **argv)
 {
+    test_problem_check();
     test_not_gemm_and_no_gpu();
     test_compare_outputs();
     test_bad_case();

@@ -73,6 +73,21 @@ typedef struct fp4_gemm_problem {
     int tuning;
 } fp4_gemm_problem;
 
+/* The most copies a plan takes (a sanity bound). */
+#define FP4_MAX_COPIES 4096
+
+/* Validate what every prepare() receives (the built-in backends call it
+ * first; a plugin may): p and its matrices non-NULL with buffers, a valid
+ * shape (fp4_shape_check), A [m, k] and B [n, k] matching the shape (and
+ * a_odd, when given, A's shape with buffers), a finite alpha,
+ * 1 <= copies <= FP4_MAX_COPIES, and every scale byte (a_odd's too) a valid
+ * UE4M3 value: not NaN (0x7F / 0xFF) and not negative (sign bit set on a
+ * non-zero magnitude; 0x80, -0, is zero). Our quantizer writes neither; the
+ * CPU reference rejects both, the exact integer kernel cannot represent NaN,
+ * and in a timed backend they would only show up later as a confusing
+ * verification failure. */
+fp4_status fp4_gemm_problem_check(const fp4_gemm_problem *p, int copies, fp4_err *err);
+
 /* The NVFP4 A that copy `copy` computes with (a, or a_odd for odd copies). */
 static inline const fp4_matrix *fp4_problem_a(const fp4_gemm_problem *p, int copy)
 {

@@ -1,9 +1,8 @@
 /* Helpers shared by the GPU backends in this folder (cuda-ref and the cuBLAS /
  * cuBLASLt ones): cuBLAS error checks that turn a cublasStatus_t into
- * FP4_ERR_CUBLAS with file, line, the failing call and cuBLAS's status name;
- * the problem validation every prepare() runs (a_odd included); and the
- * host-side decoding of NVFP4 rows into plain floats (without the global
- * scale). CUDA-only: include from .cu files. */
+ * FP4_ERR_CUBLAS with file, line, the failing call and cuBLAS's status name,
+ * and the host-side decoding of NVFP4 rows into plain floats (without the
+ * global scale). CUDA-only: include from .cu files. */
 #ifndef FP4_BLAS_COMMON_H
 #define FP4_BLAS_COMMON_H
 
@@ -50,61 +49,6 @@ static inline int fp4_blas_cleanup(cublasStatus_t s, const char *call, const cha
 
 /* Largest number of operand copies a plan accepts (a sanity bound, not a
  * memory check: the allocations report their own failures). */
-#define FP4_MAX_COPIES 4096
-
-/* Validate what every prepare() receives: p and its matrices non-NULL with
- * buffers, a valid shape (fp4_shape_check), A [m, k] and B [n, k] matching the
- * shape (and a_odd, when given, A's shape with buffers), a finite alpha,
- * 1 <= copies <= FP4_MAX_COPIES, and every scale byte (a_odd's too) a valid
- * UE4M3 value: not NaN (0x7F / 0xFF) and not negative (sign bit set on a
- * non-zero magnitude; 0x80, -0, is zero). Our quantizer writes neither; the
- * CPU reference rejects both, the exact integer kernel cannot represent NaN,
- * and in a timed backend they would only show up later as a confusing
- * verification failure. */
-static inline fp4_status fp4_gpu_check_problem(const fp4_gemm_problem *p, int copies, fp4_err *err)
-{
-    if (!p || !p->a || !p->b)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: NULL problem or matrix");
-    if (!p->a->codes || !p->a->scales || !p->b->codes || !p->b->scales)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: a matrix has no codes or scales");
-    fp4_status st = fp4_shape_check(&p->shape, err);
-    if (st != FP4_OK) return st;
-    const fp4_shape *s = &p->shape;
-    if (p->a->rows != s->m || p->a->cols != s->k)
-        return fp4_fail(
-            err, FP4_ERR_SHAPE, "prepare: A is [%lld, %lld], the shape wants [%lld, %lld]",
-            (long long)p->a->rows, (long long)p->a->cols, (long long)s->m, (long long)s->k);
-    if (p->b->rows != s->n || p->b->cols != s->k)
-        return fp4_fail(
-            err, FP4_ERR_SHAPE, "prepare: B is [%lld, %lld], the shape wants [%lld, %lld]",
-            (long long)p->b->rows, (long long)p->b->cols, (long long)s->n, (long long)s->k);
-    if (p->a_odd && (!p->a_odd->codes || !p->a_odd->scales))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: a_odd has no codes or scales");
-    if (p->a_odd && (p->a_odd->rows != s->m || p->a_odd->cols != s->k))
-        return fp4_fail(err, FP4_ERR_SHAPE,
-                        "prepare: a_odd is [%lld, %lld], the shape wants [%lld, %lld]",
-                        (long long)p->a_odd->rows, (long long)p->a_odd->cols, (long long)s->m,
-                        (long long)s->k);
-    if (!isfinite(p->alpha))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: alpha is not finite (%g)",
-                        (double)p->alpha);
-    if (copies < 1 || copies > FP4_MAX_COPIES)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: copies = %d, want 1..%d", copies,
-                        FP4_MAX_COPIES);
-    const fp4_matrix *mats[3] = {p->a, p->b, p->a_odd};
-    static const char *const mat_names[3] = {"A", "B", "a_odd"};
-    for (int i = 0; i < 3 && mats[i]; i++) {
-        size_t nsc = (size_t)mats[i]->rows * (size_t)(mats[i]->cols / FP4_BLOCK);
-        for (size_t j = 0; j < nsc; j++)
-            if ((mats[i]->scales[j] & 0x7F) == 0x7F || mats[i]->scales[j] > 0x80)
-                return fp4_fail(err, FP4_ERR_INVALID_ARG,
-                                "prepare: %s scale (%zu, %zu) is 0x%02X: NaN or negative, not a "
-                                "UE4M3 scale",
-                                mat_names[i], j / (size_t)(mats[i]->cols / FP4_BLOCK),
-                                j % (size_t)(mats[i]->cols / FP4_BLOCK), mats[i]->scales[j]);
-    }
-    return FP4_OK;
-}
 
 /* FP4_OK when copy is in [0, copies); else FP4_ERR_INVALID_ARG. */
 static inline fp4_status fp4_gpu_check_copy(int copy, int copies, fp4_err *err)

@@ -46,8 +46,7 @@ static fp4_status cpu_prepare(void *inst, const fp4_gemm_problem *p, int copies,
     cpu_plan *plan;
     size_t bytes;
     *out = NULL;
-    if ((st = fp4_shape_check(&p->shape, err)) != FP4_OK) return st;
-    if (copies < 1) return fp4_fail(err, FP4_ERR_INVALID_ARG, "cpu-ref: %d copies", copies);
+    if ((st = fp4_gemm_problem_check(p, copies, err)) != FP4_OK) return st;
     plan = calloc(1, sizeof *plan);
     if (!plan) return fp4_fail(err, FP4_ERR_NOMEM, "cpu-ref: no memory");
     plan->alpha = p->alpha;

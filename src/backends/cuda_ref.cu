@@ -88,7 +88,7 @@ static fp4_status ref_prepare(void *inst, const fp4_gemm_problem *pr, int copies
                               fp4_err *err)
 {
     *plan = NULL;
-    fp4_status st = fp4_gpu_check_problem(pr, copies, err);
+    fp4_status st = fp4_gemm_problem_check(pr, copies, err);
     if (st != FP4_OK) return st;
     st = ref_supports(inst, &pr->shape, err);
     if (st != FP4_OK) return st;

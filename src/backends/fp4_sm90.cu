@@ -346,7 +346,7 @@ static fp4_status sm90_prepare(void *inst_, const fp4_gemm_problem *pr, int copi
 {
     sm90_inst *inst = (sm90_inst *)inst_;
     *plan = NULL;
-    fp4_status st = fp4_gpu_check_problem(pr, copies, err);
+    fp4_status st = fp4_gemm_problem_check(pr, copies, err);
     if (st != FP4_OK) return st;
     const fp4_shape *s = &pr->shape;
     int kernel = 0;

@@ -64,6 +64,53 @@ fp4_status fp4_shape_check(const fp4_shape *s, fp4_err *err)
     return FP4_OK;
 }
 
+/* fp4/backend.h */
+fp4_status fp4_gemm_problem_check(const fp4_gemm_problem *p, int copies, fp4_err *err)
+{
+    if (!p || !p->a || !p->b)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: NULL problem or matrix");
+    if (!p->a->codes || !p->a->scales || !p->b->codes || !p->b->scales)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: a matrix has no codes or scales");
+    fp4_status st = fp4_shape_check(&p->shape, err);
+    if (st != FP4_OK) return st;
+    const fp4_shape *s = &p->shape;
+    if (p->a->rows != s->m || p->a->cols != s->k)
+        return fp4_fail(
+            err, FP4_ERR_SHAPE, "prepare: A is [%lld, %lld], the shape wants [%lld, %lld]",
+            (long long)p->a->rows, (long long)p->a->cols, (long long)s->m, (long long)s->k);
+    if (p->b->rows != s->n || p->b->cols != s->k)
+        return fp4_fail(
+            err, FP4_ERR_SHAPE, "prepare: B is [%lld, %lld], the shape wants [%lld, %lld]",
+            (long long)p->b->rows, (long long)p->b->cols, (long long)s->n, (long long)s->k);
+    if (p->a_odd && (!p->a_odd->codes || !p->a_odd->scales))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: a_odd has no codes or scales");
+    if (p->a_odd && (p->a_odd->rows != s->m || p->a_odd->cols != s->k))
+        return fp4_fail(err, FP4_ERR_SHAPE,
+                        "prepare: a_odd is [%lld, %lld], the shape wants [%lld, %lld]",
+                        (long long)p->a_odd->rows, (long long)p->a_odd->cols, (long long)s->m,
+                        (long long)s->k);
+    if (!isfinite(p->alpha))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: alpha is not finite (%g)",
+                        (double)p->alpha);
+    if (copies < 1 || copies > FP4_MAX_COPIES)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "prepare: copies = %d, want 1..%d", copies,
+                        FP4_MAX_COPIES);
+    const fp4_matrix *mats[3] = {p->a, p->b, p->a_odd};
+    static const char *const mat_names[3] = {"A", "B", "a_odd"};
+    for (int i = 0; i < 3 && mats[i]; i++) {
+        size_t nsc = (size_t)mats[i]->rows * (size_t)(mats[i]->cols / FP4_BLOCK);
+        for (size_t j = 0; j < nsc; j++)
+            if ((mats[i]->scales[j] & 0x7F) == 0x7F || mats[i]->scales[j] > 0x80)
+                return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                                "prepare: %s scale (%zu, %zu) is 0x%02X: NaN or negative, not a "
+                                "UE4M3 scale",
+                                mat_names[i], j / (size_t)(mats[i]->cols / FP4_BLOCK),
+                                j % (size_t)(mats[i]->cols / FP4_BLOCK), mats[i]->scales[j]);
+    }
+    return FP4_OK;
+}
+
+
 double fp4_shape_flops(const fp4_shape *s)
 {
     return 2.0 * (double)s->m * (double)s->n * (double)s->k;

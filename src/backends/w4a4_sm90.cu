@@ -69,7 +69,7 @@ static fp4_status w4_prepare(void *inst, const fp4_gemm_problem *pr, int copies,
                              fp4_err *err)
 {
     *plan = NULL;
-    fp4_status st = fp4_gpu_check_problem(pr, copies, err);
+    fp4_status st = fp4_gemm_problem_check(pr, copies, err);
     if (st != FP4_OK) return st;
     const fp4_shape *s = &pr->shape;
     const size_t nx = (size_t)s->m * (size_t)s->k * 2;

@@ -14,7 +14,7 @@
  * Not handled: an E4M3 NaN scale byte (0x7F / 0xFF) decodes as if it were the
  * finite 480, and a byte with the sign bit set as a negative scale. Scales
  * are UE4M3: our quantizer writes neither, the CPU reference rejects both, and
- * fp4_gpu_check_problem (backends/blas_common.h) rejects them before anything
+ * fp4_gemm_problem_check (fp4/backend.h) rejects them before anything
  * is uploaded. */
 #ifndef FP4_KERNELS_REF_GEMM_H
 #define FP4_KERNELS_REF_GEMM_H
