@@ -1577,6 +1577,33 @@ static void test_spec_limits(void)
     remove(p);
 }
 
+/* An empty tensor whose other dimensions multiply past 2^64 is written and
+ * read back: a zero dimension makes it 0 in the readers as in fp4_tensor_numel. */
+static void test_empty_huge_dims(void)
+{
+    fp4_tensor t, *r = NULL, back;
+    fp4_err e;
+    int c = 0;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "empty");
+    t.dtype = FP4_DT_F32;
+    t.ndim = 3;
+    t.shape[0] = (int64_t)1 << 40;
+    t.shape[1] = (int64_t)1 << 40;
+    t.shape[2] = 0;
+    CHECK(fp4_tensor_numel(&t) == 0);
+    CHECK(fp4_safetensors_write(tmp_path("empty.safetensors"), &t, 1, &e) == FP4_OK);
+    CHECK_MSG(fp4_safetensors_read(tmp_path("empty.safetensors"), &r, &c, &e) == FP4_OK && c == 1 &&
+                  r[0].nbytes == 0 && r[0].shape[1] == t.shape[1],
+              "%s", e.msg);
+    for (int i = 0; i < c; i++) fp4_tensor_free(&r[i]);
+    free(r);
+    CHECK(fp4_npy_write(tmp_path("empty.npy"), &t, &e) == FP4_OK);
+    CHECK_MSG(fp4_npy_read(tmp_path("empty.npy"), &back, &e) == FP4_OK && back.nbytes == 0 && back.ndim == 3,
+              "%s", e.msg);
+    fp4_tensor_free(&back);
+}
+
 int main(void)
 {
     g_verbose = getenv("FP4_TEST_VERBOSE") != NULL;
@@ -1601,6 +1628,7 @@ int main(void)
     test_st_names();
     test_utf8();
     test_spec_limits();
+    test_empty_huge_dims();
     cleanup_dir();
     return check_finish("test_io");
 }

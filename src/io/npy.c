@@ -428,9 +428,12 @@ static fp4_status npy_data_bytes(const char *path, const npy_header *h, size_t e
                                  size_t *nbytes, fp4_err *err)
 {
     size_t numel = 1;
-    for (int i = 0; i < h->ndim; i++)
+    int empty = 0; /* a zero dimension makes it 0 whatever the others (fp4_tensor_numel) */
+    for (int i = 0; i < h->ndim; i++) empty |= h->shape[i] == 0;
+    for (int i = 0; i < h->ndim && !empty; i++)
         if (fp4_size_mul(numel, (size_t)h->shape[i], &numel))
             return fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's element count overflows", path);
+    if (empty) numel = 0;
     if (fp4_size_mul(numel, esize, nbytes) || *nbytes > (size_t)INT64_MAX)
         return fp4_fail(err, FP4_ERR_FORMAT, "%s: the shape's byte count overflows", path);
     if ((unsigned long long)avail < (unsigned long long)*nbytes)

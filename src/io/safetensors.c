@@ -246,13 +246,17 @@ static fp4_status parse_entry(const cJSON *j, st_entry *e, const char *path, fp4
     t->ndim = 0;
     cJSON_ArrayForEach(x, sh) {
         unsigned long long d;
-        if (json_uint(x, &d))
+        if (json_uint(x, &d) || d > (unsigned long long)INT64_MAX)
             return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s' has a shape entry that is not a non-negative integer",
                             path, name);
         t->shape[t->ndim++] = (int64_t)d;
-        if (fp4_size_mul(numel, (size_t)d, &numel))
-            return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s': shape element count overflows", path, name);
     }
+    /* a zero dimension makes it 0 whatever the others (fp4_tensor_numel) */
+    for (int i = 0; i < t->ndim && numel; i++)
+        if (t->shape[i] == 0) numel = 0;
+    for (int i = 0; i < t->ndim && numel; i++)
+        if (fp4_size_mul(numel, (size_t)t->shape[i], &numel))
+            return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s': shape element count overflows", path, name);
     if (fp4_size_mul(numel, fp4_dtype_size(t->dtype), &t->nbytes) || t->nbytes > (size_t)INT64_MAX)
         return fp4_fail(err, FP4_ERR_FORMAT, "%s: tensor '%s': shape byte count overflows", path, name);
     if (json_uint(cJSON_GetArrayItem(off, 0), &e->begin) ||
