@@ -2,7 +2,8 @@
  * engine, on the layers that break grouped kernels: idle experts next to an
  * expert with every token, top-1 routing onto one expert, T*k a prime number
  * of pairs, K = 2880 (gpt-oss: not a multiple of 128), and a larger skewed
- * layer, and one where experts see 75 pairs each (the wide grouped path);
+ * layer, one where experts see 75 pairs each (the wide grouped path), and
+ * one of 8448 pairs (the layer's routing step in three kernels, not one);
  * every step (gate_up, down, the layer) in W4A4 and W4A16. A backend
  * may say unsupported (loop-fp4 in W4A16, fp8 for the layer), never FAILED;
  * moe-cublas-bf16 must run everything. Then one timed case: graphs, cold-L2
@@ -174,6 +175,8 @@ int main(int argc, char **argv)
         {"K = 2880 (gpt-oss)", {2880, 2880, 4, 2, FP4_MOE_ACT_SWIGLU_OAI}, 5, FP4_MOE_ROUTE_RANDOM, NULL},
         {"skewed, 64 experts", {1024, 512, 64, 8, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_SKEWED, NULL},
         {"75 pairs an expert (wide)", {768, 512, 8, 2, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_RANDOM, NULL},
+        /* above the one-block routing step's 8192 pairs: its three-kernel form */
+        {"8448 pairs", {256, 128, 64, 8, FP4_MOE_ACT_SILU}, 1056, FP4_MOE_ROUTE_RANDOM, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_layer_case(m, &rep, &cases[i], b, nb);
     fp4_moe_engine_destroy(m, NULL);

@@ -102,9 +102,75 @@ __global__ void moe_route_place(const int32_t *__restrict__ ids, const int32_t *
         pair_index[offsets[ids[p]] + rank[p]] = (int32_t)p;
 }
 
+/* Decode-sized routings in one block, one launch: the counts in shared
+ * memory (no memset), a scan of one expert a thread, the placement. The three
+ * kernels above cost a launch and a dependent round trip each, which at a
+ * few tokens is most of the step. */
+#define ROUTE1_THREADS 1024
+#define ROUTE1_PAIRS_A_THREAD 8
+#define ROUTE1_MAX_PAIRS (ROUTE1_THREADS * ROUTE1_PAIRS_A_THREAD)
+
+__global__ void __launch_bounds__(ROUTE1_THREADS)
+    moe_route_one_block(const int32_t *__restrict__ ids, int pairs, int experts, int32_t *offsets,
+                        int32_t *pair_index)
+{
+    __shared__ int32_t start[ROUTE1_THREADS]; /* counts, then each expert's first row */
+    __shared__ int32_t warp_total[ROUTE1_THREADS / 32];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    if (t < experts) start[t] = 0;
+    __syncthreads();
+    int id[ROUTE1_PAIRS_A_THREAD], rank[ROUTE1_PAIRS_A_THREAD];
+#pragma unroll
+    for (int i = 0; i < ROUTE1_PAIRS_A_THREAD; i++) {
+        const int p = t + i * ROUTE1_THREADS;
+        id[i] = p < pairs ? __ldg(ids + p) : 0;
+        rank[i] = p < pairs ? atomicAdd(&start[id[i]], 1) : 0;
+    }
+    __syncthreads();
+    const int count = t < experts ? start[t] : 0;
+    int incl = count; /* inclusive scan in the warp, then over the warps' totals */
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += v;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int w = warp_total[lane];
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w += v;
+        }
+        warp_total[lane] = w;
+    }
+    __syncthreads();
+    const int first = incl - count + (warp ? warp_total[warp - 1] : 0);
+    if (t < experts) {
+        start[t] = first;
+        offsets[t] = first;
+        if (t == experts - 1) offsets[experts] = first + count;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ROUTE1_PAIRS_A_THREAD; i++) {
+        const int p = t + i * ROUTE1_THREADS;
+        if (p < pairs) pair_index[start[id[i]] + rank[i]] = p;
+    }
+}
+
 extern "C" fp4_status fp4_moe_gpu_route(fp4_moe_dev_route *r, int64_t pairs, int experts,
                                         cudaStream_t s, fp4_err *err)
 {
+    /* FP4_MOE_ROUTE=kernels forces the three kernels (measurements) */
+    const char *force = getenv("FP4_MOE_ROUTE");
+    if (pairs <= ROUTE1_MAX_PAIRS && experts <= ROUTE1_THREADS && !(force && strcmp(force, "kernels") == 0)) {
+        moe_route_one_block<<<1, ROUTE1_THREADS, 0, s>>>(r->ids, (int)pairs, experts, r->offsets,
+                                                         r->pair_index);
+        FP4_CUDA_LAUNCH_TRY(err);
+        return FP4_OK;
+    }
     FP4_CUDA_TRY(err, cudaMemsetAsync(r->counts, 0, (size_t)experts * sizeof(int32_t), s));
     moe_route_count<<<grid_for(pairs), THREADS, 0, s>>>(r->ids, pairs, r->counts, r->rank);
     FP4_CUDA_LAUNCH_TRY(err);

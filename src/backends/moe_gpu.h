@@ -40,7 +40,8 @@ void fp4_moe_dev_route_free(fp4_moe_dev_route *r, fp4_warnings *w);
 
 /* The routing step of a layer: offsets and pair_index rebuilt on the device
  * from ids (a count per expert, a prefix sum, a placement), as a serving
- * engine does after its router's top-k. Within an expert the order of the
+ * engine does after its router's top-k: one block up to 8192 pairs and 1024
+ * experts, else three kernels. Within an expert the order of the
  * pairs may differ from the host plan's (atomics): a grouped kernel's output
  * is indexed by pair, so that does not change it. */
 fp4_status fp4_moe_gpu_route(fp4_moe_dev_route *r, int64_t pairs, int experts, cudaStream_t s,
