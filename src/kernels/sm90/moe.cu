@@ -90,13 +90,6 @@
  * gate_up with every expert alike: the streaming path is faster at 32 tokens,
  * the wide one at 64) */
 #define MOE_WIDE_MIN_TOKENS 40
-/* Small T: the token side (pair_index, then the activation rows it names) is two
- * dependent reads at the end of every block's start, queued in DRAM behind
- * the weight rings of all blocks (about 2 us each at T = 1); prefetched into
- * L2 at the kernel's start they are there by the time a block asks. Up to
- * MOE_PF_MAX bytes in all (the activations, W4A4 scales, pair_index). */
-#define MOE_PF_REGIONS 3
-#define MOE_PF_MAX ((long long)1 << 20)
 
 /* ---- parameters and shared memory ---------------------------------------------------- */
 
@@ -115,8 +108,6 @@ typedef struct moe_params {
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
     int tok_hi;  /* the experts of fewer than tok_hi tokens are this path's */
-    const char *pf[MOE_PF_REGIONS]; /* small T: regions prefetched into L2 at the start */
-    long long pf_bytes[MOE_PF_REGIONS];
 } moe_params;
 
 /* Dynamic shared memory (82 KB). */
@@ -235,17 +226,6 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
     const int s = (int)(best & 127u);
     *S_out = s;
     *kper_out = ((p.KS + s - 1) / s + MOE_KC_MAX - 1) / MOE_KC_MAX * MOE_KC_MAX;
-}
-
-/* Warp 1 of every block: its share of the 128-byte lines of the prefetch
- * regions, one line a lane (the grid's warps 1 cover 1 MB in one pass). */
-static __device__ __forceinline__ void moe_prefetch_regions(const moe_params &p, int lane)
-{
-    const long long first = (long long)blockIdx.x * 32 + lane, stride = (long long)gridDim.x * 32;
-#pragma unroll
-    for (int r = 0; r < MOE_PF_REGIONS; r++)
-        for (long long l = first; l * 128 < p.pf_bytes[r]; l += stride)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.pf[r] + l * 128));
 }
 
 /* ---- activation stages --------------------------------------------------------------- */
@@ -569,7 +549,6 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         sm.walk.ubase = 0;
         sm.walk.cbase = 0;
     }
-    if (warp == 1) moe_prefetch_regions(p, lane);
     if (warp == 0) {
         const int chunks = moe_total_chunks(p.off, p.E, MOE_TOK, 0, p.tok_hi, lane);
         int S, kper;
@@ -606,9 +585,6 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         const int e = sm.unit[0], rb = sm.unit[2], split = sm.unit[3], cg = sm.unit[4];
         const int ntok = sm.unit[5], nt = (ntok + 7) >> 3, r0 = sm.unit[6];
         const int ksA = split * kper, ksB = min(p.KS, ksA + kper);
-        /* the 2^8 of the weights' dequantization (read now: its load then
-         * waits behind the loop, not after it) */
-        const float alpha = p.a_global * p.b_global[e] * 256.0f;
         /* the warp's tiles' streams; a tile past the last one re-reads the last
          * (its rows are never stored), so the loop needs no predicates */
         const uint8_t *wb = p.b + (size_t)e * p.expert_stride;
@@ -628,6 +604,8 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
         default: moe_unit_sums<4>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
         }
 
+        /* the 2^8 of the weights' dequantization */
+        const float alpha = p.a_global * p.b_global[e] * 256.0f;
         const int n0 = rb * MOE_ROWS;
         if (S == 1) {
             for (int idx = tid; idx < ntok * (MOE_ROWS / 8); idx += MOE_THREADS) {
@@ -1048,22 +1026,6 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
         FP4_CUDA_LAUNCH_TRY(err);
         p.a_bf16 = rows;
         p.w4a16 = 1; /* p.a_global keeps A's global scale */
-    }
-
-    { /* the token side prefetched where it is small (MOE_PF_MAX) */
-        const int64_t pairs = a->tokens * a->top_k;
-        const int64_t rows = a->a_per_pair ? pairs : a->tokens;
-        const long long pf_a = prepass ? 0 : a->w4a16 ? rows * a->k * 2 : rows * a->k / 2;
-        const long long pf_s = prepass || a->w4a16 ? 0 : rows * a->k / 16;
-        const long long pf_i = pairs * 4;
-        if (pf_a + pf_s + pf_i <= MOE_PF_MAX) {
-            p.pf[0] = a->w4a16 ? (const char *)a->a_bf16 : (const char *)a->a_codes;
-            p.pf_bytes[0] = pf_a;
-            p.pf[1] = (const char *)a->a_scales;
-            p.pf_bytes[1] = pf_s;
-            p.pf[2] = (const char *)a->pair_index;
-            p.pf_bytes[2] = pf_i;
-        }
     }
 
     int dev = 0, sms = 0, per_sm = 0;
