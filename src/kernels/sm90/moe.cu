@@ -530,10 +530,6 @@ static __device__ void moe_splitk_epilogue(const moe_params &p, moe_smem &sm, co
 
 /* ---- the kernel ----------------------------------------------------------------------------- */
 
-/* MAX_NT: the most 8-token tiles a unit can have. Launches where no expert
- * can see more than 8 tokens (T <= 8) take the kernel of one tile: its code
- * is a quarter of the four-tile kernel's, fetched cold at every launch. */
-template <int MAX_NT>
 __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_params p)
 {
     __shared__ __align__(16) moe_smem sm;
@@ -601,10 +597,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 2) fp4_sm90_moe_kernel(const moe_
             sb[i] = (const uint32_t *)(wb + p.codes_bytes) + (size_t)tile * p.KS2 * 32 + lane;
         }
 
-        if (MAX_NT == 1) {
-            if (nt > 1) __trap(); /* the host's bound was wrong: never a silent result */
-            moe_unit_sums<1>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage);
-        } else switch (nt) {
+        switch (nt) {
         case 1: moe_unit_sums<1>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
         case 2: moe_unit_sums<2>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
         case 3: moe_unit_sums<3>(p, sm, st, ksA, ksB, r0, ntok, cb, sb, tid, gstage); break;
@@ -1035,23 +1028,21 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
         p.w4a16 = 1; /* p.a_global keeps A's global scale */
     }
 
-    /* an expert sees a token at most once, so at most T rows */
-    void (*kernel)(moe_params) = a->tokens <= 8 ? fp4_sm90_moe_kernel<1> : fp4_sm90_moe_kernel<4>;
     int dev = 0, sms = 0, per_sm = 0;
     FP4_CUDA_TRY(err, cudaGetDevice(&dev));
     FP4_CUDA_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     /* above the 48 KB default: set on every call (not a stream operation, so
      * allowed while a graph is being captured) */
-    FP4_CUDA_TRY(err, cudaFuncSetAttribute(kernel,
+    FP4_CUDA_TRY(err, cudaFuncSetAttribute(fp4_sm90_moe_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)sizeof(moe_stage)));
-    FP4_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+    FP4_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp4_sm90_moe_kernel,
                                                                     MOE_THREADS, sizeof(moe_stage)));
     /* measurement override (tests): blocks per SM */
     const char *env_grid = getenv("FP4_SM90_MOE_BLOCKS_PER_SM");
     if (env_grid && atoi(env_grid) > 0 && atoi(env_grid) < per_sm) per_sm = atoi(env_grid);
     if (per_sm < 1) per_sm = 1;
-    kernel<<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
+    fp4_sm90_moe_kernel<<<sms * per_sm, MOE_THREADS, sizeof(moe_stage), stream>>>(p);
     FP4_CUDA_LAUNCH_TRY(err);
     return moe_combine(a, stream, err);
 }
