@@ -61,6 +61,9 @@ Several modes run one after the other on one build. Modes:
   tensor-rate build; fp4_tensor_rate (bench/tensor_rate.cu): the bf16 tensor
            rate of mma.sync and of wgmma (A from registers or shared memory)
            at N = 8 .. 32, into OUT/tensor-rate.txt
+  ifetch   build; fp4_ifetch (bench/ifetch.cu): the SM clocks of straight-line
+           kernels of 16, 64 and 160 KB of code run again, after another
+           kernel, and after an L2 flush, into OUT/ifetch.txt
   sass     build; the SASS of every fp4-sm90 kernel file (cuobjdump) with each
            instruction's scheduling control decoded (bench/sass_ctl.py:
            stall, scoreboards set and waited on) into OUT/sass, the runs
@@ -122,7 +125,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | ifetch | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -716,10 +719,6 @@ mode_moe_tree() {
     --step gate_up,down --backend moe-fp4-sm90
 }
 
-# The SASS of the fp4-sm90 kernels as built, with the control field of every
-# instruction decoded: where loads are issued and which scoreboard each waits
-# on is ptxas's choice, not the source's (a register ring's loads gathered on
-# one scoreboard keep no load ahead).
 mode_tensor_rate() {
   local rc
   say "== fp4_tensor_rate -> $OUT/tensor-rate.txt"
@@ -727,6 +726,20 @@ mode_tensor_rate() {
   rc=${PIPESTATUS[0]}
   [ $rc -eq 0 ] || fail "fp4_tensor_rate (exit $rc)"
 }
+
+# The cost of code an SM has not run recently (bench/ifetch.cu).
+mode_ifetch() {
+  local rc
+  say "== fp4_ifetch -> $OUT/ifetch.txt"
+  timeout 120 ./build-dev/fp4_ifetch 2>&1 | tee "$OUT/ifetch.txt" | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail "fp4_ifetch (exit $rc)"
+}
+
+# The SASS of the fp4-sm90 kernels as built, with the control field of every
+# instruction decoded: where loads are issued and which scoreboard each waits
+# on is ptxas's choice, not the source's (a register ring's loads gathered on
+# one scoreboard keep no load ahead).
 
 mode_sass() {
   local CUOBJ o name
@@ -910,6 +923,7 @@ if [ $built = 1 ]; then
       moe-kab) mode_moe_kab ;;
       moe-tree) mode_moe_tree ;;
       tensor-rate) mode_tensor_rate ;;
+      ifetch) mode_ifetch ;;
       sass) mode_sass ;;
       multigpu) mode_multigpu ;;
       final) mode_final ;;
