@@ -719,6 +719,7 @@ mode_moe_tree() {
     --step gate_up,down --backend moe-fp4-sm90
 }
 
+# The bf16 tensor rate of each MMA form the sm_90 kernels can use (bench/tensor_rate.cu).
 mode_tensor_rate() {
   local rc
   say "== fp4_tensor_rate -> $OUT/tensor-rate.txt"
@@ -740,7 +741,6 @@ mode_ifetch() {
 # instruction decoded: where loads are issued and which scoreboard each waits
 # on is ptxas's choice, not the source's (a register ring's loads gathered on
 # one scoreboard keep no load ahead).
-
 mode_sass() {
   local CUOBJ o name
   CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
