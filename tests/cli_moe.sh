@@ -114,6 +114,12 @@ for f in t32 t64; do
     grep -Eq '"max":[[:space:]]*6' "$TMP/$f.json" || fail "$f: want one expert with all 6 tokens"
 done
 expect 0 "custom gate_up w4a4 trace +3 " -- "$FP4" moe $D --trace "$TMP/t32.npy" --tokens 3 --step gate_up $Q
+# --sweep with a trace: its prefixes 1, 2, 4, then its 6 tokens
+expect 0 "" -- "$FP4" moe $D --trace "$TMP/t32.npy" --sweep --verify-only --step gate_up --backend moe-cpu-ref \
+    --quiet --json "$TMP/ts.json"
+checks=$((checks + 1))
+[ "$(grep -Eo '"tokens":[[:space:]]*[0-9]+' "$TMP/ts.json" | grep -Eo '[0-9]+$' | sort -nu | tr '\n' ' ')" = "1 2 4 6 " ] ||
+    fail "--sweep with a 6-token trace: want T = 1 2 4 6, got $(grep -Eo '"tokens":[[:space:]]*[0-9]+' "$TMP/ts.json" | tr '\n' ' ')"
 
 # --verify-only: verified, not timed; --sweep gives T = 1 .. 8192
 expect 0 "" -- "$FP4" moe $D --sweep --verify-only --step gate_up --backend moe-cpu-ref --quiet --json "$TMP/v.json"

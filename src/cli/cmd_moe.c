@@ -41,7 +41,7 @@ static const char moe_usage[] =
     "  --tp N                tensor parallelism: one rank's I = I / N (default 1)\n"
     "workload:\n"
     "  --tokens T[,T...]     tokens per call, at most 2^24 (default 1,16,512; with --trace: the trace's)\n"
-    "  --sweep               T = 1, 2, 4, ..., 8192\n"
+    "  --sweep               T = 1, 2, 4, ..., 8192 (with --trace: up to the trace's T)\n"
     "  --routing MODE        balanced, random (default: gaussian router logits, top-k),\n"
     "                        skewed (Zipf popularity), trace (needs --trace)\n"
     "  --zipf S              skewed routing's exponent (default 1)\n"
@@ -401,6 +401,12 @@ int cmd_moe(int argc, char **argv)
         }
         fp4_moe_routing_free(&check);
         if (ntokens == 0) tokens[ntokens++] = trace_tokens;
+        if (sweep) { /* prefixes of the trace: 1, 2, 4, ... below its T (or 8192), then that */
+            const int64_t last = trace_tokens < SWEEP_MAX_TOKENS ? trace_tokens : SWEEP_MAX_TOKENS;
+            ntokens = 0;
+            for (int64_t t = 1; t < last; t *= 2) tokens[ntokens++] = t;
+            tokens[ntokens++] = last;
+        }
         for (int i = 0; i < ntokens; i++)
             if (tokens[i] > trace_tokens)
                 cli_usage_error(&a, "--tokens %lld: the trace %s has %lld tokens", (long long)tokens[i],
