@@ -42,10 +42,12 @@ Several modes run one after the other on one build. Modes:
            then (unless FINAL_SHORT is set) fp4bench layer
            (TP, EP, attention) and run --gpus on every GPU, GLM-5 gate_up at
            T = 512 and 8192 beside both baselines (JSON files in OUT)
-  moe-stream build; the MoE GPU tests, memcheck and racecheck on small MoE
-           layers (random and skewed routing), the grouped kernel timed alone
+  moe-stream build; the MoE GPU tests, moe-san, the grouped kernel timed alone
            (FP4_MOE_TIME=1), then fp4bench moe beside the baselines: GLM-5
            gate_up/down at T = 1 .. 8192, skewed routing, the layer (JSON in OUT)
+  moe-san  build; memcheck and racecheck of moe-fp4-sm90 on small layers:
+           random and skewed routing (gate_up, down), the whole layer at
+           K = 2880 (SwiGLU) and with the W4A4 prepass (SiLU)
   moe-models build; fp4bench moe: GLM-5 in W4A16 beside moe-cublas-bf16,
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
   moe-json build; only the fp4bench moe runs of moe (every JSON of
@@ -125,7 +127,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | ifetch | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-san | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | ifetch | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -535,28 +537,44 @@ mode_moe_prof() {
   rm -f "$OUT"/*.ncu-rep
 }
 
+# memcheck and racecheck on small MoE layers, every row verified (--verify-only):
+# random routing at T = 1 and 77 (the streaming kernel), skewed at 77 (its hot
+# experts on the wide kernel), the whole layer at K = 2880 with gpt-oss's
+# SwiGLU and with SiLU at 8 to 39 pairs an expert (the W4A4 prepass): the
+# routing, quantize, activation and combine kernels as well as the GEMMs.
+moe_sanitize() {
+  local SAN tool name rc summary verdict t=$tmp/san.txt
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  [ -n "$SAN" ] || { fail "compute-sanitizer not found"; return; }
+  local -a cases=(
+    "random|--dims 2048,768,128,8 --tokens 1,77 --step gate_up,down"
+    "skewed|--dims 2048,768,128,8 --tokens 77 --routing skewed --zipf 1.2 --step gate_up,down"
+    "layer-k2880|--dims 2880,2880,16,4,swiglu-oai --tokens 1,40 --step layer"
+    "layer-prepass|--dims 2048,768,32,8 --tokens 64 --step layer"
+  )
+  for tool in memcheck racecheck; do
+    for c in "${cases[@]}"; do
+      name=${c%%|*}
+      # shellcheck disable=SC2086 # the case's options split into words
+      timeout -k 10 "${SAN_TIMEOUT:-240}" "$SAN" --tool $tool --error-exitcode 9 $B moe ${c#*|} \
+        --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only --quiet >"$t" 2>&1
+      rc=$?
+      head -60 "$t" >>"$log"
+      summary=$(san_verdict $tool "$t") && verdict=clean || verdict=NOT-CLEAN
+      say "$tool moe-fp4-sm90 $name (${c#*|}; w4a4 and w4a16): exit $rc, $verdict: $summary"
+      [ $rc -eq 0 ] && [ $verdict = clean ] || fail "$tool moe $name (exit $rc, $verdict)"
+      # a row that did not run checks nothing
+      if grep -qE "unsupported|FAILED" "$t"; then fail "$tool moe $name: a row did not run or failed"; fi
+    done
+  done
+}
+
 # The streaming MoE path checked and measured: its GPU tests, memcheck and
 # racecheck on small shapes, the kernel alone, then fp4bench moe on GLM-5 with
 # the baselines (the JSON of bench/results/h200/moe/).
 mode_moe_stream() {
-  local rc SAN tool
   moe_ctest gpu_moe
-  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  # random routing at T = 1 and 77 (the streaming kernel only), skewed at 77
-  # (its hot experts on the wide kernel, the rest streaming)
-  for tool in memcheck racecheck; do
-    [ -n "$SAN" ] || break
-    for routing in random skewed; do
-      timeout -k 10 150 "$SAN" --tool $tool --error-exitcode 9 $B moe --dims 2048,768,128,8 \
-        $([ $routing = random ] && echo "--tokens 1,77" || echo "--tokens 77 --routing skewed --zipf 1.2") \
-        --step gate_up,down --mode w4a4,w4a16 --backend moe-fp4-sm90 --verify-only \
-        --quiet >"$tmp/san.txt" 2>&1
-      rc=$?
-      head -60 "$tmp/san.txt" >>"$log"
-      say "$tool moe-fp4-sm90 (2048,768,128,8; $routing routing; both steps and modes): exit $rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$tmp/san.txt" | tail -1)"
-      [ $rc -eq 0 ] || fail "$tool moe $routing (exit $rc)"
-    done
-  done
+  moe_sanitize
   moe_time_alone
   moe_stream_runs
 }
@@ -913,6 +931,7 @@ if [ $built = 1 ]; then
       moe-wide) mode_moe_wide ;;
       moe-prof) mode_moe_prof ;;
       moe-stream) mode_moe_stream ;;
+      moe-san) moe_sanitize ;;
       moe-models) mode_moe_models ;;
       moe-json) moe_stream_runs; mode_moe_models ;;
       moe-json-stream) moe_stream_runs ;;
