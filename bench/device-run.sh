@@ -53,6 +53,10 @@ Several modes run one after the other on one build. Modes:
   moe-json build; only the fp4bench moe runs of moe (every JSON of
            bench/results/h200/moe/, no tests or sanitizers first)
   moe-json-stream  the first half of moe-json (glm5, glm5-skewed, glm5-layer)
+  refresh  build; every committed result of bench/results/h200/ (the MoE runs
+           of moe-json and the baseline), GLM-5 first, at MAX_TIME=1 unless
+           set; with DEADLINE=S only the steps that fit S seconds from the
+           start (the others are reported failed): for a short hold of a GPU
   moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
            GLM-5 timed), as in moe-stream
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
@@ -127,7 +131,7 @@ modes=("$@")
 [ ${#modes[@]} -gt 0 ] || { usage >&2; exit 2; }
 for mode in "${modes[@]}"; do
   case "$mode" in
-    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-san | moe-models | moe-json | moe-json-stream | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | ifetch | sass | multigpu | final | all) ;;
+    build | check | bench | compare | profile | engine | moe | moe-alt | moe-wide | moe-tree | moe-prof | moe-stream | moe-san | moe-models | moe-json | moe-json-stream | refresh | moe-time | moe-quick | moe-fixed | moe-ab | moe-kab | tensor-rate | ifetch | sass | multigpu | final | all) ;;
     ctest | gpu-tests | verify | sanitize | independent | baseline) ;;
     help | -h | --help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -475,6 +479,27 @@ moe_run() {
   [ $rc -eq 0 ] || fail "moe $name (exit $rc)"
 }
 
+# The committed MoE results (bench/results/h200/moe/NAME.json): moe_args NAME
+# prints the fp4bench moe arguments of NAME, moe_result NAME runs them.
+moe_args() {
+  case $1 in
+    glm5) echo "--model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down" ;;
+    glm5-skewed) echo "--model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up" \
+                      "--backend moe-cublas-bf16,moe-fp4-sm90" ;;
+    glm5-layer) echo "--model glm5 --tokens 16,512,2048 --step layer --mode w4a4" ;;
+    glm5-w4a16) echo "--model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16" \
+                     "--backend moe-cublas-bf16,moe-fp4-sm90" ;;
+    gpt-oss) echo "--model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer" ;;
+    *) return 1 ;;
+  esac
+}
+moe_result() {
+  local args
+  args=$(moe_args "$1") || { fail "no MoE result named $1"; return; }
+  # shellcheck disable=SC2086 # the arguments hold no spaces
+  moe_run "$1" $args
+}
+
 # moe_ctest REGEX: the GPU tests it names (a skipped one fails: no GPU seen)
 moe_ctest() {
   local rc t=$tmp/moe-ctest.txt
@@ -496,9 +521,8 @@ mode_moe() {
 # The MoE rows beyond GLM-5 W4A4: GLM-5 in W4A16 beside moe-cublas-bf16, and
 # gpt-oss-120b (K = 2880) with every backend and the layer.
 mode_moe_models() {
-  moe_run glm5-w4a16 --model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16 \
-    --backend moe-cublas-bf16,moe-fp4-sm90
-  moe_run gpt-oss --model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer
+  moe_result glm5-w4a16
+  moe_result gpt-oss
 }
 
 # Nsight Compute on the two MoE paths, with warp stall reasons and the
@@ -587,13 +611,32 @@ moe_time_alone() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "gpu_moe_kernel timing"
 }
 
+# Every committed result of a GPU (bench/results/<gpu>/: the baseline and each
+# MoE file), the most read first, at MAX_TIME=1 unless set. With DEADLINE
+# (seconds from the script's start) a step starts only while the time left
+# covers its usual length (about 1.25x its time on an H100), so that a short
+# hold of the GPU leaves whole files; each step not run is a failed step.
+mode_refresh() {
+  local MAX_TIME=${MAX_TIME:-1} step name need left
+  for step in "glm5 160" "baseline 150" "glm5-layer 80" "glm5-skewed 55" "glm5-w4a16 55" \
+    "gpt-oss 60"; do
+    name=${step% *} need=${step#* } left=$((${DEADLINE:-0} - SECONDS))
+    if [ -n "${DEADLINE:-}" ] && [ $left -lt "$need" ]; then
+      fail "refresh: $name not run ($((left > 0 ? left : 0)) s left before DEADLINE, it takes about $need)"
+    elif [ "$name" = baseline ]; then
+      mode_baseline
+    else
+      moe_result "$name"
+    fi
+  done
+}
+
 # The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines,
 # skewed routing, the layer (the glm5*.json of bench/results/h200/moe/)
 moe_stream_runs() {
-  moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
-  moe_run glm5-skewed --model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up \
-    --backend moe-cublas-bf16,moe-fp4-sm90
-  moe_run glm5-layer --model glm5 --tokens 16,512,2048 --step layer --mode w4a4
+  moe_result glm5
+  moe_result glm5-skewed
+  moe_result glm5-layer
 }
 
 # A quick look at a streaming-path change: the grouped kernel's test (every
@@ -850,11 +893,10 @@ mode_moe_wide() {
     "$NCU" --import "$OUT/moe-wide.ncu-rep" --page details >"$OUT/moe-wide-profile.txt" 2>&1
     grep -E "Duration|Throughput|Pipe|Occupancy|Registers|Warp Cycles|L2 Hit|Eligible|Issued|Stall|stall" "$OUT/moe-wide-profile.txt" | head -60
   fi
-  moe_run glm5 --model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down
+  moe_result glm5
   FP4_SM90_MOE_PATH=stream moe_run glm5-stream-1024 --model glm5 --tokens 1024 --step gate_up --backend moe-fp4-sm90
-  moe_run glm5-layer --model glm5 --tokens 16,512,2048 --step layer --mode w4a4
-  moe_run glm5-skewed --model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up \
-    --backend moe-cublas-bf16,moe-fp4-sm90
+  moe_result glm5-layer
+  moe_result glm5-skewed
 }
 
 mode_moe_alt() {
@@ -935,6 +977,7 @@ if [ $built = 1 ]; then
       moe-models) mode_moe_models ;;
       moe-json) moe_stream_runs; mode_moe_models ;;
       moe-json-stream) moe_stream_runs ;;
+      refresh) mode_refresh ;;
       moe-time) moe_time_alone ;;
       moe-quick) mode_moe_quick ;;
       moe-fixed) mode_moe_fixed ;;
