@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The generated tables of README.md and docs/PERF.md match the committed
 # H200 results (bench/perf_table.py --check), and the MoE region reads MoE
-# rows: a case on each path, the layer's steps, and no GEMM row in it.
+# rows: a case on each path, the layer's steps, and no GEMM row in it. Each
+# committed MoE file (bench/results/*/moe/NAME.json) holds the rows that
+# bench/device-run.sh runs for NAME (moe_args), and its refresh mode runs NAME.
 # Usage: perf_tables.sh [REPO_ROOT]. Exit 77 (skipped) without python3.
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -21,5 +23,20 @@ grep -qE "^\| GLM-5 layer \| 512 \| moe-fp4-sm90 \| [0-9.]+ \| route " <<<"$step
   { echo "FAIL: moe-steps has no moe-fp4-sm90 layer row with its steps"; fail=1; }
 gemm=$(python3 bench/perf_table.py --print moe bench/results/h200/baseline.json)
 [ "$gemm" = "No MoE rows among the results." ] || { echo "FAIL: GEMM rows read as MoE rows"; fail=1; }
+eval "$(sed -n '/^moe_args() {/,/^}/p' bench/device-run.sh)"
+declare -F moe_args >/dev/null || { echo "FAIL: no moe_args in bench/device-run.sh"; exit 1; }
+refresh=$(sed -n '/^mode_refresh() {/,/^}/p' bench/device-run.sh)
+for f in bench/results/*/moe/*.json; do
+  name=$(basename "$f" .json)
+  want=$(moe_args "$name") || { echo "FAIL: $f: device-run.sh has no MoE run named $name"; fail=1; continue; }
+  # the recorded command less the per-run options (--max-time, --json)
+  got=$(python3 -c 'import json, sys
+words = json.load(open(sys.argv[1]))["command"].split()[2:]
+keep = [w for i, w in enumerate(words)
+        if w not in ("--max-time", "--json") and (i == 0 or words[i - 1] not in ("--max-time", "--json"))]
+print(" ".join(keep))' "$f") || { echo "FAIL: $f: no command"; fail=1; continue; }
+  [ "$got" = "$want" ] || { echo "FAIL: $f ran '$got', device-run.sh runs '$want'"; fail=1; }
+  grep -qE "\"$name [0-9]+\"" <<<"$refresh" || { echo "FAIL: device-run.sh refresh leaves out $name"; fail=1; }
+done
 [ $fail -eq 0 ] && echo "perf tables: ok"
 exit $fail
