@@ -16,11 +16,15 @@ usage:
   bench/perf_table.py --print NAME RESULT.json [MORE.json ...]
   bench/perf_table.py --list
 e.g. bench/perf_table.py --update bench/results/h200/baseline.json \
-       bench/results/h200/moe/*.json README.md docs/PERF.md
+       bench/results/h200/moe/*.json bench/results/h100/baseline.json \
+       bench/results/h100/moe/*.json README.md docs/PERF.md
 
-Several JSON files are merged shape by shape (MoE rows case by case): all rows
-of a shape come from the first file that has it (so paired ratios stay within
-one run); the ceilings come from the first file that measured them.
+The files are grouped by GPU (the device name they record). The GPU of the first
+file is the one every region shows; the files of other GPUs are read only by
+`targets`, which gives their numbers beside it. Within a GPU the files are
+merged shape by shape (MoE rows case by case): all rows of a shape come from the
+first file that has it (so paired ratios stay within one run); the ceilings come
+from the first file that measured them.
 
 Regions:
   ceilings             measured read bandwidth and tensor rates against the datasheet
@@ -33,6 +37,8 @@ Regions:
   moe-summary          the first model's gate_up and down rows (W4A4, random routing)
                        against the grouped vendor baselines
   moe-steps            the MoE layer rows: each step's time for every backend
+  targets              the MoE and decode performance targets, each met or missed on the
+                       first GPU, with the other GPUs' numbers beside it
 
 The kernel of a row is its `variant` field; both the kept kernels' names and
 their numbered names (v4-decode, v11-mid, v8-prefill, v16-prefill) are read.
@@ -95,6 +101,7 @@ class Results:
             if mine or not moe:
                 self.dense_docs.append((p, d))
         self.ceilings = self.ceilings or {}
+        self.others = []  # the Results of other GPUs (targets only)
 
     def note(self, rows=(), docs=None):
         """the one-line source note of a region; rows: the rows it shows (their
@@ -444,9 +451,190 @@ def region_moe_steps(res):
     return out
 
 
+# ---- targets -------------------------------------------------------------------
+# The performance targets of the routed MoE layer and of dense decode on the H200
+# (GLM-5: E = 256, top-8, gate_up [4096 x 6144] and down [6144 x 2048] an expert).
+# The committed runs route at random (seeded); the targets name balanced routing
+# (16 tokens every expert at T = 512), which the case column says.
+
+def moe_row(res, step, tokens, mode="w4a4", routing="random", backend=MOE_OURS, model="glm5"):
+    for (mo, st, md, rt, t), rows in res.moe.items():
+        if (mo, st, md, t) == (model, step, mode, tokens) and (rt or "").startswith(routing):
+            return rows.get(backend)
+    return None
+
+
+def dense_row(res, shape, backend=OURS):
+    return res.shapes.get(shape, {}).get(backend)
+
+
+def pct_read(res, r):
+    """the % of the measured read bandwidth that a row's bytes take at its median"""
+    bw, t = res.ceilings.get("read_gbps"), median(r)
+    return 100 * r["bytes"] / (bw * 1e3) / t if bw and t and r.get("bytes") else None
+
+
+def speedup(r, base):
+    """base's median over r's: how many times faster r is"""
+    a, b = median(base), median(r)
+    return a / b if a and b else None
+
+
+def at_most(value, limit):
+    if value is None:
+        return "not measured"
+    return "met" if value <= limit else f"missed by {100 * (value / limit - 1):.0f}%"
+
+
+def at_least(value, want):
+    if value is None:
+        return "not measured"
+    return "met" if value >= want else f"missed ({value:.2f}x against {want:g}x)"
+
+
+def fmt_us(r, res, bw=True):
+    t = median(r)
+    if t is None:
+        return cell_us(r)
+    p = pct_read(res, r) if bw else None
+    return f"{t:.1f} us" + (f" ({p:.0f}% of read BW)" if p is not None else "")
+
+
+def t_gate_up_512(res):
+    r = moe_row(res, "gate_up", 512)
+    return fmt_us(r, res), at_most(median(r), 1050)
+
+
+def t_ratio_512(base, want):
+    def f(res):
+        r = moe_row(res, "gate_up", 512)
+        x = speedup(r, moe_row(res, "gate_up", 512, backend=base))
+        return ("-" if x is None else f"{x:.2f}x"), at_least(x, want)
+    return f
+
+
+def t_time(step, tokens, limit):
+    def f(res):
+        r = moe_row(res, step, tokens)
+        return fmt_us(r, res), at_most(median(r), limit)
+    return f
+
+
+def t_8192(res):
+    r, b = moe_row(res, "gate_up", 8192), moe_row(res, "gate_up", 8192, backend=MOE_BF16)
+    if median(r) is None or median(b) is None:
+        return "-", "not measured"
+    return f"{median(r):.0f} us against {median(b):.0f}", at_most(median(r), median(b))
+
+
+def t_skewed(res):
+    s, r = moe_row(res, "gate_up", 512, routing="skewed"), moe_row(res, "gate_up", 512)
+    x = speedup(r, s)  # skewed time over random time
+    if x is None:
+        return "-", "not measured"
+    return f"{median(s):.0f} us against {median(r):.0f} ({x:.2f}x)", at_most(x, 1.15)
+
+
+def t_one(step):
+    def f(res):
+        r = moe_row(res, step, 1)
+        floor = (r or {}).get("floor_us") if median(r) else None
+        x = median(r) / floor if floor else None
+        if x is None:
+            return fmt_us(r, res, False), "not measured"
+        return f"{median(r):.1f} us, {x:.2f}x the read time ({floor:.1f} us)", at_most(x, 1.3)
+    return f
+
+
+def t_w4a16(res):
+    ratios = []
+    for (mo, st, md, rt, t), rows in res.moe.items():
+        if md == "w4a16" and mo == "glm5" and st in ("gate_up", "down"):
+            x = speedup(moe_row(res, st, t, routing=rt or ""), rows.get(MOE_OURS))
+            if x is not None:
+                ratios.append(x)  # the W4A16 time over the W4A4 time
+    if not ratios:
+        return "-", "not measured"
+    return (f"{min(ratios):.2f}-{max(ratios):.2f}x the W4A4 time ({len(ratios)} rows)",
+            at_most(max(ratios), 1.10))
+
+
+def t_dense(shape):
+    def f(res):
+        r = dense_row(res, shape)
+        p, x = pct_read(res, r), speedup(r, dense_row(res, shape, FP8))
+        if p is None or x is None:
+            return fmt_us(r, res), "not measured"
+        verdict = "met" if p >= 75 and x >= 1.5 else "missed (" + ", ".join(
+            w for w, bad in ((f"{p:.0f}% against 75%", p < 75), (f"{x:.2f}x fp8 against 1.5x", x < 1.5))
+            if bad) + ")"
+        return f"{fmt_us(r, res)}, {x:.2f}x fp8", verdict
+    return f
+
+
+def t_dense_small(res):
+    r = dense_row(res, (16, 2048, 6144))
+    return fmt_us(r, res), at_most(median(r), 5)
+
+
+TARGETS = (
+    ("GLM-5 gate_up, T = 512 (16 tokens an expert on average)", "<= 1050 us (>= 75% of read BW)",
+     t_gate_up_512),
+    ("GLM-5 gate_up, T = 512, against moe-cublaslt-fp8", ">= 2x", t_ratio_512(MOE_FP8, 2)),
+    ("GLM-5 gate_up, T = 512, against moe-cublas-bf16", ">= 3.5x", t_ratio_512(MOE_BF16, 3.5)),
+    ("GLM-5 down, T = 512", "<= 550 us", t_time("down", 512, 550)),
+    ("GLM-5 gate_up, T = 2048 (64 an expert)", "<= 1400 us", t_time("gate_up", 2048, 1400)),
+    ("GLM-5 gate_up, T = 8192 (256 an expert)", "no slower than moe-cublas-bf16", t_8192),
+    ("GLM-5 gate_up, T = 512, skewed (Zipf 1.2) against random routing", "within 15%", t_skewed),
+    ("GLM-5 gate_up, T = 1 (8 experts)", "<= 1.3x the read time of their bytes", t_one("gate_up")),
+    ("GLM-5 down, T = 1 (8 experts)", "<= 1.3x the read time of their bytes", t_one("down")),
+    ("GLM-5 W4A16 against W4A4, gate_up and down", "within 10%", t_w4a16),
+    ("dense decode 16x8192x8192", ">= 75% of read BW, >= 1.5x cublaslt-fp8",
+     t_dense((16, 8192, 8192))),
+    ("dense decode 16x28672x4096", ">= 75% of read BW, >= 1.5x cublaslt-fp8",
+     t_dense((16, 28672, 4096))),
+    ("dense decode 16x2048x6144", "<= 5 us", t_dense_small),
+)
+
+
+def targets_shown(res):
+    """the rows the targets read: GLM-5's gate_up and down cases and the decode shapes"""
+    rows = [r for (mo, st, *_), case in res.moe.items() if mo == "glm5" and st in ("gate_up", "down")
+            for r in case.values()]
+    return rows + [r for s in ((16, 8192, 8192), (16, 28672, 4096), (16, 2048, 6144))
+                   for r in res.shapes.get(s, {}).values() if r["backend"] in (OURS, FP8)]
+
+
+def region_targets(res):
+    """each target met or missed on the first GPU, the other GPUs' numbers beside it"""
+    gpus = [res] + res.others
+    names = [(g.docs[0][1]["device"].get("name") or "no GPU").replace("NVIDIA ", "") for g in gpus]
+    out = []
+    for g in gpus:
+        shown = targets_shown(g)
+        ids = {id(r) for r in shown}
+        out.append(g.note(shown, [(p, d) for p, d in g.docs if any(id(r) in ids for r in d["rows"])] or g.docs))
+    out += ["", f"| case | target | {names[0]} | {names[0]}: target |" + "".join(f" {n} |" for n in names[1:]),
+            "|---|---|---|---|" + "---|" * (len(names) - 1)]
+    for case, target, f in TARGETS:
+        measured = [f(g) for g in gpus]
+        out.append(f"| {case} | {target} | {measured[0][0]} | {measured[0][1]} |"
+                   + "".join(f" {m[0]} |" for m in measured[1:]))
+    tpe = ((moe_row(res, "gate_up", 512) or {}).get("moe") or {}).get("tokens_per_expert") or {}
+    spread = f" ({tpe['min']:g} to {tpe['max']:g} in the {names[0]}'s run)" if "min" in tpe and "max" in tpe else ""
+    others = ", ".join(names[1:])
+    out += ["", f"The targets are set for the {names[0]}"
+            + (f"; beside it the same runs on the {others}" if others else "")
+            + ". % of read BW: the bytes a call reads (the weights of the experts that got tokens, "
+            "and the activations) over the read bandwidth measured in the same run. The MoE runs "
+            f"route at random (seeded), 16 tokens an expert on average at T = 512{spread}; "
+            "the targets name balanced routing."]
+    return out
+
 def regions():
     r = {"ceilings": region_ceilings, "results": region_results, "choice": region_choice,
-         "moe": region_moe, "moe-summary": region_moe_summary, "moe-steps": region_moe_steps}
+         "moe": region_moe, "moe-summary": region_moe_summary, "moe-steps": region_moe_steps,
+         "targets": region_targets}
     for k in KERNELS:
         r["kernel-" + k] = (lambda kk: lambda res: region_kernel(res, kk))(k)
     return r
@@ -480,6 +668,22 @@ def rewrite(text, res, path):
     return "\n".join(out), names
 
 
+def load_by_gpu(paths):
+    """Results of the first file's GPU, with the other GPUs' Results in .others"""
+    groups = {}
+    for p in paths:
+        try:
+            with open(p) as f:
+                dev = json.load(f).get("device") or {}
+        except (OSError, ValueError) as e:
+            sys.exit(f"{p}: {e}")
+        groups.setdefault(dev.get("name") if dev.get("present") else "no GPU", []).append(p)
+    first, *rest = groups.values()
+    res = Results(first)
+    res.others = [Results(g) for g in rest]
+    return res
+
+
 def usage():
     print(__doc__, file=sys.stderr)
     sys.exit(2)
@@ -497,7 +701,7 @@ def main():
         gens = regions()
         if args[1] not in gens:
             sys.exit(f"unknown region '{args[1]}' (bench/perf_table.py --list)")
-        res = Results(args[2:])
+        res = load_by_gpu(args[2:])
         print("\n".join(gens[args[1]](res)))
         return 0
     if args[0] not in ("--update", "--check"):
@@ -506,7 +710,7 @@ def main():
     mds = [a for a in args[1:] if not a.endswith(".json")]
     if not js or not mds:
         usage()
-    res = Results(js)
+    res = load_by_gpu(js)
     stale = 0
     for p in mds:
         with open(p) as f:
