@@ -84,6 +84,7 @@ class Results:
             mine, moe = {}, {}
             for r in d["rows"]:
                 r["_baseline"] = d["settings"].get("baseline")  # what its ratio is against
+                r["_read_gbps"] = c.get("read_gbps") if c.get("measured") else None  # its run's
                 if r.get("moe"):
                     q = r["moe"]
                     case = (q.get("model"), q.get("step"), q.get("mode"), q.get("routing"),
@@ -455,7 +456,7 @@ def region_moe_steps(res):
 # The performance targets of the routed MoE layer and of dense decode on the H200
 # (GLM-5: E = 256, top-8, gate_up [4096 x 6144] and down [6144 x 2048] an expert).
 # The committed runs route at random (seeded); the targets name balanced routing
-# (16 tokens every expert at T = 512), which the case column says.
+# (16 tokens every expert at T = 512), which the note under the table says.
 
 def moe_row(res, step, tokens, mode="w4a4", routing="random", backend=MOE_OURS, model="glm5"):
     for (mo, st, md, rt, t), rows in res.moe.items():
@@ -469,8 +470,8 @@ def dense_row(res, shape, backend=OURS):
 
 
 def pct_read(res, r):
-    """the % of the measured read bandwidth that a row's bytes take at its median"""
-    bw, t = res.ceilings.get("read_gbps"), median(r)
+    """the % of the read bandwidth measured in a row's run that its bytes take at its median"""
+    bw, t = (r or {}).get("_read_gbps") or res.ceilings.get("read_gbps"), median(r)
     return 100 * r["bytes"] / (bw * 1e3) / t if bw and t and r.get("bytes") else None
 
 
