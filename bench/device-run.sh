@@ -44,7 +44,8 @@ Several modes run one after the other on one build. Modes:
            T = 512 and 8192 beside both baselines (JSON files in OUT)
   moe-stream build; the MoE GPU tests, moe-san, the grouped kernel timed alone
            (FP4_MOE_TIME=1), then fp4bench moe beside the baselines: GLM-5
-           gate_up/down at T = 1 .. 8192, skewed routing, the layer (JSON in OUT)
+           gate_up/down at T = 1 .. 8192, balanced routing at T = 512 and 2048,
+           skewed routing, the layer (JSON in OUT)
   moe-san  build; memcheck and racecheck of moe-fp4-sm90 on small layers:
            random and skewed routing (gate_up, down), the whole layer at
            K = 2880 (SwiGLU) and with the W4A4 prepass (SiLU)
@@ -52,11 +53,13 @@ Several modes run one after the other on one build. Modes:
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
   moe-json build; only the fp4bench moe runs of moe (every JSON of
            bench/results/h200/moe/, no tests or sanitizers first)
-  moe-json-stream  the first half of moe-json (glm5, glm5-skewed, glm5-layer)
-  refresh  build; every committed result of bench/results/h200/ (the MoE runs
-           of moe-json and the baseline), GLM-5 first, at MAX_TIME=1 unless
+  moe-json-stream  the first half of moe-json (glm5, glm5-balanced, glm5-skewed,
+           glm5-layer)
+  refresh  build; every result file of bench/results/<gpu>/ (the baseline and
+           the runs of bench/moe-runs.txt), GLM-5 first, at MAX_TIME=1 unless
            set; with DEADLINE=S only the steps that fit S seconds from the
-           start (the others are reported failed): for a short hold of a GPU
+           start (the others are reported failed): for a short hold of a GPU;
+           REFRESH="NAME ..." runs only those
   moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
            GLM-5 timed), as in moe-stream
   moe-quick the grouped kernel's test and timing, fp4bench moe GLM-5 T = 1, 512
@@ -479,19 +482,13 @@ moe_run() {
   [ $rc -eq 0 ] || fail "moe $name (exit $rc)"
 }
 
-# The committed MoE results (bench/results/h200/moe/NAME.json): moe_args NAME
-# prints the fp4bench moe arguments of NAME, moe_result NAME runs them.
+# The committed MoE results (bench/results/<gpu>/moe/NAME.json, listed with
+# their arguments in bench/moe-runs.txt): moe_args NAME prints the fp4bench moe
+# arguments of NAME, moe_result NAME runs them.
 moe_args() {
-  case $1 in
-    glm5) echo "--model glm5 --tokens 1,512,1024,2048,8192 --step gate_up,down" ;;
-    glm5-skewed) echo "--model glm5 --tokens 512,2048 --routing skewed --zipf 1.2 --step gate_up" \
-                      "--backend moe-cublas-bf16,moe-fp4-sm90" ;;
-    glm5-layer) echo "--model glm5 --tokens 16,512,2048 --step layer --mode w4a4" ;;
-    glm5-w4a16) echo "--model glm5 --tokens 1,512,2048 --step gate_up,down --mode w4a16" \
-                     "--backend moe-cublas-bf16,moe-fp4-sm90" ;;
-    gpt-oss) echo "--model gpt-oss-120b --tokens 1,512 --step gate_up,down,layer" ;;
-    *) return 1 ;;
-  esac
+  local line
+  line=$(grep -m1 "^$1: " bench/moe-runs.txt) || return 1
+  echo "${line#*: }"
 }
 moe_result() {
   local args
@@ -616,12 +613,18 @@ moe_time_alone() {
 # (seconds from the script's start) a step starts only while the time left
 # covers its usual length (about 1.25x its time on an H100), so that a short
 # hold of the GPU leaves whole files; each step not run is a failed step.
+# REFRESH="NAME ..." runs only those (baseline, or names of bench/moe-runs.txt).
 mode_refresh() {
   local MAX_TIME=${MAX_TIME:-1} step name need left
-  for step in "glm5 160" "baseline 150" "glm5-layer 80" "glm5-skewed 55" "glm5-w4a16 55" \
-    "gpt-oss 60"; do
+  for name in ${REFRESH:-}; do
+    [ "$name" = baseline ] || moe_args "$name" >/dev/null || fail "refresh: no result named $name"
+  done
+  for step in "glm5 160" "baseline 150" "glm5-balanced 70" "glm5-layer 80" "glm5-skewed 55" \
+    "glm5-w4a16 55" "gpt-oss 60"; do
     name=${step% *} need=${step#* } left=$((${DEADLINE:-0} - SECONDS))
-    if [ -n "${DEADLINE:-}" ] && [ $left -lt "$need" ]; then
+    if [ -n "${REFRESH:-}" ] && [[ " $REFRESH " != *" $name "* ]]; then
+      continue
+    elif [ -n "${DEADLINE:-}" ] && [ $left -lt "$need" ]; then
       fail "refresh: $name not run ($((left > 0 ? left : 0)) s left before DEADLINE, it takes about $need)"
     elif [ "$name" = baseline ]; then
       mode_baseline
@@ -631,10 +634,12 @@ mode_refresh() {
   done
 }
 
-# The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines,
-# skewed routing, the layer (the glm5*.json of bench/results/h200/moe/)
+# The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines
+# (random and balanced routing), skewed routing, the layer (the glm5*.json of
+# bench/results/h200/moe/ but W4A16)
 moe_stream_runs() {
   moe_result glm5
+  moe_result glm5-balanced
   moe_result glm5-skewed
   moe_result glm5-layer
 }

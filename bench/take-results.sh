@@ -9,8 +9,8 @@
 #
 # Each file goes to the folder of the GPU it names (NVIDIA H200 -> h200, NVIDIA
 # H100 ... -> h100; the folder must exist), baseline.json as baseline.json and
-# moe-NAME.json as moe/NAME.json, only where a committed file of that name is
-# there to replace (device-run.sh's moe_args names the runs). A file from
+# moe-NAME.json as moe/NAME.json for the NAMEs of bench/moe-runs.txt (the
+# runs whose files are kept; other runs' files are skipped). A file from
 # another commit than this checkout's is taken with a warning. Then
 # bench/perf_table.py --update rewrites the tables of README.md and
 # docs/PERF.md. Run from the repository root.
@@ -44,7 +44,12 @@ print((m.group(1).lower() if m else "-") + " " + ((d.get("fp4bench") or {}).get(
   else
     dest=bench/results/$gpu/moe/${name#moe-}
   fi
-  [ -f "$dest" ] || { echo "$f: skipped, no committed $dest to replace"; continue; }
+  run=${name#moe-} run=${run%.json}
+  if [ "$name" != baseline.json ] && ! grep -q "^$run: " bench/moe-runs.txt; then
+    echo "$f: skipped, $run is no run of bench/moe-runs.txt"
+    continue
+  fi
+  mkdir -p "$(dirname "$dest")" || exit 1
   [ "$commit" = "$head" ] || echo "warning: $f is from commit $commit, this checkout is $head"
   cp "$f" "$dest" || exit 1
   echo "$f -> $dest"

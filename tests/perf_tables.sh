@@ -5,7 +5,8 @@
 # GEMM row in it; the targets table measures every target on both GPUs, and
 # its verdict follows the time (a time set below and above a limit). Each
 # committed MoE file (bench/results/*/moe/NAME.json) holds the rows that
-# bench/device-run.sh runs for NAME (moe_args), and its refresh mode runs NAME.
+# bench/device-run.sh runs for NAME (moe_args, from bench/moe-runs.txt), and
+# its refresh mode runs every NAME of bench/moe-runs.txt.
 # Usage: perf_tables.sh [REPO_ROOT]. Exit 77 (skipped) without python3.
 set -u
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -64,6 +65,8 @@ keep = [w for i, w in enumerate(words)
         if w not in ("--max-time", "--json") and (i == 0 or words[i - 1] not in ("--max-time", "--json"))]
 print(" ".join(keep))' "$f") || { echo "FAIL: $f: no command"; fail=1; continue; }
   [ "$got" = "$want" ] || { echo "FAIL: $f ran '$got', device-run.sh runs '$want'"; fail=1; }
+done
+for name in $(sed -n 's/^\([a-z0-9-]*\): .*/\1/p' bench/moe-runs.txt); do
   grep -qE "\"$name [0-9]+\"" <<<"$refresh" || { echo "FAIL: device-run.sh refresh leaves out $name"; fail=1; }
 done
 [ $fail -eq 0 ] && echo "perf tables: ok"
