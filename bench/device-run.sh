@@ -31,7 +31,7 @@ Several modes run one after the other on one build. Modes:
            alone (within 2%); the planted faults (tests/plugins/plugin_fault.c:
            a backend ignoring the copy index, an off-by-one-code quantizer, a 5%
            wrong fp8 alpha) each FAILED with exit 1
-  moe      moe-stream, then moe-models: every JSON of bench/results/h200/moe/
+  moe      moe-stream, then moe-models: every run of bench/moe-runs.txt
   multigpu build; the NCCL and multi-GPU GPU tests, fp4bench nccl on every GPU
            (JSON in OUT)
   moe-wide build; the grouped kernel's test with every case on the wide path
@@ -51,14 +51,14 @@ Several modes run one after the other on one build. Modes:
            K = 2880 (SwiGLU) and with the W4A4 prepass (SiLU)
   moe-models build; fp4bench moe: GLM-5 in W4A16 beside moe-cublas-bf16,
            gpt-oss-120b gate_up, down and the layer (JSON in OUT)
-  moe-json build; only the fp4bench moe runs of moe (every JSON of
-           bench/results/h200/moe/, no tests or sanitizers first)
+  moe-json build; only the fp4bench moe runs of moe (every run of
+           bench/moe-runs.txt, no tests or sanitizers first)
   moe-json-stream  the first half of moe-json (glm5, glm5-balanced, glm5-skewed,
            glm5-layer)
   refresh  build; every result file of bench/results/<gpu>/ (the baseline and
            the runs of bench/moe-runs.txt), GLM-5 first, at MAX_TIME=1 unless
            set; with DEADLINE=S only the steps that fit S seconds from the
-           start (the others are reported failed): for a short hold of a GPU;
+           start (the others are reported failed): for a time-limited GPU;
            REFRESH="NAME ..." runs only those
   moe-time build; the grouped kernel alone (FP4_MOE_TIME=1: its checks, then
            GLM-5 timed), as in moe-stream
@@ -110,7 +110,11 @@ environment (defaults in brackets):
                unpacked into CJSON_PREFIX [/tmp/cjson] when libcjson-dev is
                not installed [.debs]
   MAX_TIME     fp4bench --max-time per measurement, seconds
-               [2 for bench, 1 for compare]
+               [2 for bench and the MoE runs, 1 for compare and refresh, 3 for engine]
+  DEADLINE     refresh: seconds from the start within which a step must fit
+  REFRESH      refresh: only these results ("baseline glm5-layer ...")
+  BASELINE_TIMEOUT  seconds the baseline run may take [420]
+  AB_CHECK     moe-ab: "first" checks only this tree's gpu_moe_kernel [all]
   FP4_CTEST_ARGS  more ctest arguments (check), e.g. "-E cli_"
   SAN_CASES    sanitizer cases, "kernel:MxNxK,... kernel:..." (check)
                [decode, mid, prefill and prefill-wide on tail shapes]
