@@ -615,8 +615,8 @@ moe_time_alone() {
 # Every committed result of a GPU (bench/results/<gpu>/: the baseline and each
 # MoE file), the most read first, at MAX_TIME=1 unless set. With DEADLINE
 # (seconds from the script's start) a step starts only while the time left
-# covers its usual length (about 1.25x its time on an H100), so that a short
-# hold of the GPU leaves whole files; each step not run is a failed step.
+# covers its usual length (about 1.25x its time on an H100), so that a
+# time-limited GPU leaves whole files; each step not run is a failed step.
 # REFRESH="NAME ..." runs only those (baseline, or names of bench/moe-runs.txt).
 mode_refresh() {
   local MAX_TIME=${MAX_TIME:-1} step name need left
@@ -639,8 +639,8 @@ mode_refresh() {
 }
 
 # The fp4bench moe runs of moe-stream: GLM-5 gate_up/down beside the baselines
-# (random and balanced routing), skewed routing, the layer (the glm5*.json of
-# bench/results/h200/moe/ but W4A16)
+# (random and balanced routing), skewed routing, the layer (the GLM-5 runs of
+# bench/moe-runs.txt but W4A16)
 moe_stream_runs() {
   moe_result glm5
   moe_result glm5-balanced
