@@ -38,7 +38,8 @@ Regions:
                        against the grouped vendor baselines
   moe-steps            the MoE layer rows: each step's time for every backend
   targets              the MoE and decode performance targets, each met or missed on the
-                       first GPU, with the other GPUs' numbers beside it
+                       first GPU, with the other GPUs' numbers beside it; GLM-5 cases
+                       from balanced-routing rows where a GPU has them, else random
 
 The kernel of a row is its `variant` field; both the kept kernels' names and
 their numbered names (v4-decode, v11-mid, v8-prefill, v16-prefill) are read.
