@@ -108,6 +108,7 @@ typedef struct moe_params {
     int w4a16, a_per_pair, max_splits, vec_out;
     int scales4; /* W4A4: a k-step's 4 scale bytes are one aligned word (K/16 % 4 == 0) */
     int tok_hi;  /* the experts of fewer than tok_hi tokens are this path's */
+    int force_splits; /* measurement override: this K split count where valid (0: chosen) */
 } moe_params;
 
 /* Dynamic shared memory (82 KB). */
@@ -215,6 +216,7 @@ static __device__ void moe_choose_splits(const moe_params &p, int chunks, int gr
             if ((p.KS + kper - 1) / kper != s) continue; /* every split non-empty */
             cost = (u1 * s + grid - 1) / grid * (long long)(kper + MOE_SPLIT_OVERHEAD_KS);
         }
+        if (s == p.force_splits) cost = 0;
         const unsigned long long key = ((unsigned long long)cost << 7) | (unsigned)s;
         best = key < best ? key : best;
     }
@@ -1003,6 +1005,10 @@ fp4_status fp4_sm90_moe_gemm(const fp4_sm90_moe_args *a, cudaStream_t stream, fp
                          moe_counters_bytes(a->experts, a->top_k, a->tokens, a->n));
         const int stages = (p.KS + MOE_KC_MAX - 1) / MOE_KC_MAX;
         p.max_splits = stages < MOE_MAX_SPLITS ? stages : MOE_MAX_SPLITS;
+        /* measurement override: FP4_SM90_MOE_SPLITS=n takes n K splits where n
+         * splits the K steps into whole stages */
+        const char *env_splits = getenv("FP4_SM90_MOE_SPLITS");
+        if (env_splits && atoi(env_splits) > 0) p.force_splits = atoi(env_splits);
     }
 
     if (paths & FP4_SM90_MOE_WIDE) {
