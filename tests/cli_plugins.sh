@@ -54,6 +54,39 @@ expect 2 "--backend: unknown backend 'nope'" -- "$FP4" gemm --plugin "$GOOD" --b
 expect 2 "--backend: unknown backend 'plugin-good'" -- "$FP4" gemm --backend plugin-good --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
 expect 3 "API version 0" -- "$FP4" gemm --plugin "$TOOLS/libfp4_plugin_oldabi.so" --a "$TMP/a.safetensors" --b "$TMP/b.safetensors" --out "$TMP/d.npy"
 
+# MoE backends (fp4bench moe --plugin): the example verified and timed in both
+# modes and steps, alone or beside the built-in reference; a step it refuses is
+# a row saying why; a plugin with a planted fault is FAILED while the other
+# backend's rows stay; the loader refuses a built-in's name, a missing entry
+# symbol and a plugin of the other kind, saying which it is
+MOE_GOOD=$TOOLS/libfp4_plugin_moe_good.so
+MOE_DIMS=(--dims 128,64,8,2 --tokens 5,24 --max-time 0.3 --quiet)
+expect 0 "moe-plugin-good" -- "$FP4" moe --plugin "$MOE_GOOD" --backend moe-plugin-good --mode w4a4,w4a16 "${MOE_DIMS[@]}" --json "$TMP/moe.json"
+rows=$(grep -cE "^custom (gate_up|down) w4a(4|16) .* moe-plugin-good .* ok " "$TMP/out")
+[ "$rows" -eq 8 ] || fail "moe --plugin: $rows of 8 rows verified: $(cat "$TMP/out")"
+grep -qE " moe-cpu-ref " "$TMP/out" && fail "moe --backend moe-plugin-good also ran moe-cpu-ref: $(cat "$TMP/out")"
+n=$(python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+print(sum(1 for r in rows if r["backend"] == "moe-plugin-good" and r["state"] == "ok" and r["verified"] == 1))' "$TMP/moe.json")
+[ "$n" = 8 ] || fail "moe --plugin --json: $n of 8 verified rows of moe-plugin-good"
+checks=$((checks + 3))
+expect 0 "" -- "$FP4" moe --plugin "$MOE_GOOD" --step layer --verbose "${MOE_DIMS[@]}"
+grep -qE "^custom layer .* moe-plugin-good .*unsupported.*gate_up and down only" "$TMP/out" ||
+    fail "moe-plugin-good's refused step: $(cat "$TMP/out")"
+grep -qE "^custom layer .* moe-cpu-ref " "$TMP/out" || fail "moe --plugin dropped moe-cpu-ref: $(cat "$TMP/out")"
+checks=$((checks + 2))
+expect 1 "" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_copyless.so" --step gate_up "${MOE_DIMS[@]}"
+rows=$(grep -cE "^custom gate_up .* moe-plugin-copyless +FAILED: verification: copy 1" "$TMP/out")
+[ "$rows" -eq 2 ] || fail "a plugin computing odd copies from the even input: $rows of 2 rows FAILED: $(cat "$TMP/out")"
+grep -qE "^custom gate_up .* moe-cpu-ref +[0-9.]+ " "$TMP/out" || fail "moe-cpu-ref's rows were lost: $(cat "$TMP/out")"
+checks=$((checks + 2))
+expect 3 "libfp4_plugin_moe_clash.so: its backend is named 'moe-cpu-ref', as a built-in MoE backend is" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_clash.so" "${MOE_DIMS[@]}"
+expect 3 "libfp4_plugin_nosym.so has no symbol fp4_moe_backend_entry$" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_nosym.so" "${MOE_DIMS[@]}"
+expect 3 "has no symbol fp4_moe_backend_entry \\(it is a GEMM backend" -- "$FP4" moe --plugin "$GOOD" "${MOE_DIMS[@]}"
+expect 3 "has no symbol fp4_backend_entry \\(it is an MoE backend: load it with fp4bench moe\\)" -- "$FP4" list --plugin "$MOE_GOOD"
+expect 2 "--plugin: a backend named 'moe-plugin-good' is already loaded" -- "$FP4" moe --plugin "$MOE_GOOD" --plugin "$MOE_GOOD" "${MOE_DIMS[@]}"
+expect 2 "--backend: unknown MoE backend 'moe-plugin-good'.*needs its --plugin" -- "$FP4" moe --backend moe-plugin-good "${MOE_DIMS[@]}"
+
 # the GPU example (built with CUDA): listed everywhere; where it can run, it
 # is verified (odd copies against -R, in CUDA graphs) and gemm's D checked
 if [ -e "$GPU" ]; then

@@ -459,6 +459,12 @@ static void test_labels_and_checks(void)
     bad = fake_F_GOOD;
     bad.name = "Bad Name";
     CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG);
+    bad.name = "all"; /* what --backend all means */
+    CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG && strstr(err.msg, "'all'"));
+    const fp4_moe_backend_ops *no_table = NULL;
+    void *handle = &handle;
+    CHECK(fp4_moe_backend_load("/nonexistent/plugin.so", &no_table, &handle, &err) == FP4_ERR_IO &&
+          !no_table && !handle && strstr(err.msg, "cannot load plugin /nonexistent/plugin.so"));
     fp4_moe_problem p;
     memset(&p, 0, sizeof p);
     CHECK(fp4_moe_problem_check(&p, 1, &err) == FP4_ERR_INVALID_ARG);

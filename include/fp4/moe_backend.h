@@ -55,6 +55,10 @@ extern "C" {
 #endif
 
 #define FP4_MOE_BACKEND_API_VERSION 1
+/* External MoE backends are shared objects exporting this symbol: a function
+ * fp4_moe_backend_entry_fn returning a table whose api_version equals
+ * FP4_MOE_BACKEND_API_VERSION (docs/PLUGINS.md, "MoE backends"). */
+#define FP4_MOE_BACKEND_ENTRY_SYMBOL "fp4_moe_backend_entry"
 
 /* ---- steps ------------------------------------------------------------------ */
 
@@ -177,6 +181,14 @@ const fp4_moe_backend_ops *fp4_moe_backend_at(int i); /* NULL out of range */
 const fp4_moe_backend_ops *fp4_moe_backend_find(const char *name);
 /* Check a table before use (version, name, mandatory slots, tolerances). */
 fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err);
+
+typedef const fp4_moe_backend_ops *(*fp4_moe_backend_entry_fn)(void);
+/* Load an external MoE backend from a shared object: its table validated and
+ * named unlike every built-in MoE backend. The table stays valid while the
+ * object stays loaded; *handle is for fp4_moe_backend_unload. */
+fp4_status fp4_moe_backend_load(const char *path, const fp4_moe_backend_ops **ops, void **handle,
+                                fp4_err *err);
+void fp4_moe_backend_unload(void *handle);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,12 @@
 extern "C" {
 #endif
 
+/* dlopen a plugin and find its entry symbol: *handle for dlclose, *entry the
+ * symbol's address. Says why when it cannot (the file, libfp4 not exported
+ * to plugins, no such symbol, a plugin of the other kind). */
+fp4_status fp4_plugin_open(const char *path, const char *symbol, void **handle, void **entry,
+                           fp4_err *err);
+
 extern const fp4_backend_ops fp4_backend_cpu_ref;
 #ifdef FP4_HAVE_CUDA
 extern const fp4_backend_ops fp4_backend_cuda_ref;

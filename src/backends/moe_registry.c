@@ -1,9 +1,11 @@
 /* The MoE backends compiled in, the step names and the checks every MoE
  * backend relies on (fp4/moe_backend.h). */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/backends.h" /* fp4_plugin_open */
 #include "backends/moe_backends.h"
 #include "fp4/moe_backend.h"
 
@@ -136,6 +138,8 @@ fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err
     if (!ops->name || !ops->name[0] || strlen(ops->name) > MOE_BACKEND_NAME_MAX)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend name empty or longer than %d bytes",
                         MOE_BACKEND_NAME_MAX);
+    if (strcmp(ops->name, "all") == 0) /* --backend all means every backend */
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend named 'all'");
     for (const char *c = ops->name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' ||
               *c == '.'))
@@ -158,4 +162,46 @@ fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend '%s' has step_count without step_name "
                         "and run_step", ops->name);
     return FP4_OK;
+}
+
+fp4_status fp4_moe_backend_load(const char *path, const fp4_moe_backend_ops **ops, void **handle,
+                                fp4_err *err)
+{
+    if (!path || !ops || !handle)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_moe_backend_load: NULL argument");
+    *ops = NULL;
+    void *h, *entry;
+    fp4_status st = fp4_plugin_open(path, FP4_MOE_BACKEND_ENTRY_SYMBOL, &h, &entry, err);
+    if (st != FP4_OK) {
+        *handle = NULL;
+        return st;
+    }
+    union { /* object pointer to function pointer without the cast warning */
+        void *obj;
+        fp4_moe_backend_entry_fn fn;
+    } sym;
+    sym.obj = entry;
+    const fp4_moe_backend_ops *table = sym.fn();
+    st = fp4_moe_backend_validate(table, err);
+    if (st == FP4_OK && fp4_moe_backend_find(table->name)) /* rows are told apart by name */
+        st = fp4_fail(err, FP4_ERR_INVALID_ARG, "its backend is named '%s', as a built-in MoE backend is",
+                      table->name);
+    if (st == FP4_OK && (table->flags & FP4_BACKEND_REFERENCE))
+        st = fp4_fail(err, FP4_ERR_INVALID_ARG, "its backend '%s' claims FP4_BACKEND_REFERENCE: the exact "
+                      "reference is moe-cpu-ref's, a plugin is a contender", table->name);
+    if (st != FP4_OK) {
+        char msg[FP4_ERR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
+        dlclose(h);
+        *handle = NULL;
+        return fp4_fail(err, st, "plugin %s: %s", path, msg);
+    }
+    *ops = table;
+    *handle = h;
+    return FP4_OK;
+}
+
+void fp4_moe_backend_unload(void *handle)
+{
+    if (handle) dlclose(handle);
 }

@@ -6,6 +6,7 @@
 
 #include "backends/backends.h"
 #include "fp4/backend.h"
+#include "fp4/moe_backend.h"
 
 /* Order matters: the reference first, then the vendor baselines, then ours. */
 static const fp4_backend_ops *const builtin_backends[] = {
@@ -173,17 +174,12 @@ fp4_status fp4_backend_validate(const fp4_backend_ops *ops, fp4_err *err)
     return FP4_OK;
 }
 
-fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void **handle,
-                            fp4_err *err)
+fp4_status fp4_plugin_open(const char *path, const char *symbol, void **handle, void **entry,
+                           fp4_err *err)
 {
-    fp4_status st;
-    void *h;
-    const fp4_backend_ops *table;
-    if (!path || !ops || !handle)
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_backend_load: NULL argument");
-    *ops = NULL;
     *handle = NULL;
-    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    *entry = NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
         /* the usual trouble with a plugin that calls libfp4 (fp4_fail, ...) */
@@ -192,19 +188,43 @@ fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void 
                             "libfp4 to plugins: link the plugin with -lfp4)", path, why);
         return fp4_fail(err, FP4_ERR_IO, "cannot load plugin %s: %s", path, why ? why : "unknown error");
     }
-    /* dlsym returns void*; convert through a union to avoid the
+    void *sym = dlsym(h, symbol);
+    if (!sym) {
+        /* a plugin of the other kind says what it is */
+        const char *other = strcmp(symbol, FP4_BACKEND_ENTRY_SYMBOL) == 0 ? FP4_MOE_BACKEND_ENTRY_SYMBOL
+                                                                        : FP4_BACKEND_ENTRY_SYMBOL;
+        const char *hint = !dlsym(h, other) ? ""
+                           : strcmp(other, FP4_BACKEND_ENTRY_SYMBOL) == 0
+                               ? " (it is a GEMM backend: load it with fp4bench run, list or gemm)"
+                               : " (it is an MoE backend: load it with fp4bench moe)";
+        dlclose(h);
+        return fp4_fail(err, FP4_ERR_FORMAT, "plugin %s has no symbol %s%s", path, symbol, hint);
+    }
+    *handle = h;
+    *entry = sym;
+    return FP4_OK;
+}
+
+fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void **handle,
+                            fp4_err *err)
+{
+    if (!path || !ops || !handle)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "fp4_backend_load: NULL argument");
+    *ops = NULL;
+    void *h, *entry;
+    fp4_status st = fp4_plugin_open(path, FP4_BACKEND_ENTRY_SYMBOL, &h, &entry, err);
+    if (st != FP4_OK) {
+        *handle = NULL;
+        return st;
+    }
+    /* dlsym gives a void*; convert through a union to avoid the
      * object-to-function-pointer cast warning. */
     union {
         void *obj;
         fp4_backend_entry_fn fn;
     } sym;
-    sym.obj = dlsym(h, FP4_BACKEND_ENTRY_SYMBOL);
-    if (!sym.fn) {
-        dlclose(h);
-        return fp4_fail(err, FP4_ERR_FORMAT, "plugin %s has no symbol %s", path,
-                        FP4_BACKEND_ENTRY_SYMBOL);
-    }
-    table = sym.fn();
+    sym.obj = entry;
+    const fp4_backend_ops *table = sym.fn();
     st = fp4_backend_validate(table, err);
     /* rows are told apart by backend name */
     if (st == FP4_OK && fp4_backend_find(table->name))
@@ -214,6 +234,7 @@ fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void 
         char msg[FP4_ERR_MSG_LEN];
         snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
         dlclose(h);
+        *handle = NULL;
         return fp4_fail(err, st, "plugin %s: %s", path, msg);
     }
     *ops = table;

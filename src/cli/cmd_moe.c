@@ -20,6 +20,7 @@
 #include "fp4/report.h"
 
 #define MAX_BACKENDS 16
+#define MAX_PLUGINS 8
 #define MAX_TOKENS 64          /* T values in one run */
 #define MOE_MAX_T (1 << 24)     /* tokens of a case (the layer command's limit too) */
 #define SWEEP_MAX_TOKENS 8192  /* --sweep: 1, 2, 4, ..., 8192 */
@@ -53,8 +54,10 @@ static const char moe_usage[] =
     "  --data KIND           weight data: gaussian (default) or codes (random codes and\n"
     "                        scales: faster to make for the largest models)\n"
     "backends:\n"
-    "  --backend a,b,...     MoE backends (below) or 'all' (default: every GPU backend when a\n"
-    "                        GPU is present, else moe-cpu-ref)\n"
+    "  --backend a,b,...     MoE backends (below), a --plugin's, or 'all' (default: every GPU\n"
+    "                        backend when a GPU is present, else moe-cpu-ref); a --plugin's\n"
+    "                        backend runs in any case\n"
+    "  --plugin FILE.so      load an external MoE backend (repeatable; docs/PLUGINS.md)\n"
     "  --baseline NAME       the ratio column is baseline time / backend time\n"
     "                        (default moe-cublas-bf16 when measured)\n"
     "measurement (as fp4bench run):\n"
@@ -152,30 +155,42 @@ static void parse_modes(const cli_args *a, const char *s, unsigned *set)
     }
 }
 
-static void add_backends(const cli_args *a, const char *names, const fp4_moe_backend_ops **list,
-                         int *n)
+static void add_unique(const fp4_moe_backend_ops **list, int *n, const fp4_moe_backend_ops *ops)
+{
+    for (int j = 0; j < *n; j++)
+        if (list[j] == ops) return;
+    if (*n < MAX_BACKENDS) list[(*n)++] = ops;
+}
+
+/* Add the comma-separated backend names to list: compiled-in MoE backends,
+ * or those of the loaded plugins. */
+static void add_backends(const cli_args *a, const char *names, const fp4_moe_backend_ops *const *plugins,
+                         int nplugins, const fp4_moe_backend_ops **list, int *n)
 {
     char buf[512], *field[MAX_BACKENDS + 1];
     const int nf = cli_split_list(a, "--backend", names, buf, sizeof buf, field, MAX_BACKENDS + 1);
+    const int nbuilt = fp4_moe_backend_count();
     for (int f = 0; f < nf; f++) {
         const char *t = field[f];
-        const int all = strcmp(t, "all") == 0;
-        const fp4_moe_backend_ops *one = all ? NULL : fp4_moe_backend_find(t);
-        if (!all && !one) {
+        if (strcmp(t, "all") == 0) {
+            for (int i = 0; i < nbuilt; i++) add_unique(list, n, fp4_moe_backend_at(i));
+            for (int i = 0; i < nplugins; i++) add_unique(list, n, plugins[i]);
+            continue;
+        }
+        const fp4_moe_backend_ops *ops = fp4_moe_backend_find(t);
+        for (int i = 0; !ops && i < nplugins; i++)
+            if (strcmp(plugins[i]->name, t) == 0) ops = plugins[i];
+        if (!ops) {
             char known[512] = "";
-            for (int i = 0; i < fp4_moe_backend_count(); i++) {
-                strncat(known, fp4_moe_backend_at(i)->name, sizeof known - strlen(known) - 1);
-                strncat(known, i + 1 < fp4_moe_backend_count() ? ", " : "", sizeof known - strlen(known) - 1);
+            for (int i = 0; i < nbuilt + nplugins; i++) {
+                strncat(known, i < nbuilt ? fp4_moe_backend_at(i)->name : plugins[i - nbuilt]->name,
+                        sizeof known - strlen(known) - 1);
+                strncat(known, i + 1 < nbuilt + nplugins ? ", " : "", sizeof known - strlen(known) - 1);
             }
-            cli_usage_error(a, "--backend: unknown MoE backend '%s' (known: %s)", t, known);
+            cli_usage_error(a, "--backend: unknown MoE backend '%s' (known: %s; a plugin's backend needs "
+                            "its --plugin FILE.so)", t, known);
         }
-        for (int i = 0; i < fp4_moe_backend_count(); i++) {
-            const fp4_moe_backend_ops *ops = fp4_moe_backend_at(i);
-            int dup = 0;
-            if (!all && ops != one) continue;
-            for (int j = 0; j < *n; j++) dup |= list[j] == ops;
-            if (!dup && *n < MAX_BACKENDS) list[(*n)++] = ops;
-        }
+        add_unique(list, n, ops);
     }
 }
 
@@ -259,13 +274,15 @@ static void print_table(FILE *f, const fp4_report *r, int verbose)
 int cmd_moe(int argc, char **argv)
 {
     cli_args a = {.argc = argc, .argv = argv, .i = 1, .cmd = "fp4bench moe",
-                  .repeatable = "--step --mode"};
+                  .repeatable = "--step --mode --plugin"};
     fp4_settings set;
     fp4_err err;
     fp4_report report;
     fp4_engine *engine = NULL;
     fp4_moe_engine *moe = NULL;
-    const fp4_moe_backend_ops *backends[MAX_BACKENDS];
+    const fp4_moe_backend_ops *backends[MAX_BACKENDS], *plugin_ops[MAX_PLUGINS];
+    void *plugin_handles[MAX_PLUGINS];
+    int nplugins = 0;
     int nbackends = 0, ntokens = 0, tp = 1, quiet = 0, verbose = 0, max_time_given = 0;
     int no_ceilings = 0, sweep = 0, have_dims = 0, zipf_given = 0, routing_given = 0;
     int64_t tokens[MAX_TOKENS];
@@ -336,7 +353,15 @@ int cmd_moe(int argc, char **argv)
                 (set.data != FP4_DATA_GAUSSIAN && set.data != FP4_DATA_CODES))
                 cli_usage_error(&a, "--data: '%s' (gaussian, codes)", v);
         } else if (cli_value(&a, "--backend", &v)) {
-            backend_arg = v;
+            backend_arg = v; /* resolved once every --plugin is loaded */
+        } else if (cli_value(&a, "--plugin", &v)) {
+            const fp4_moe_backend_ops *ops;
+            if (nplugins == MAX_PLUGINS) cli_usage_error(&a, "--plugin: at most %d plugins", MAX_PLUGINS);
+            if (fp4_moe_backend_load(v, &ops, &plugin_handles[nplugins], &err) != FP4_OK) cli_die(a.cmd, &err);
+            for (int i = 0; i < nplugins; i++)
+                if (strcmp(plugin_ops[i]->name, ops->name) == 0)
+                    cli_usage_error(&a, "--plugin: a backend named '%s' is already loaded", ops->name);
+            plugin_ops[nplugins++] = ops;
         } else if (cli_value(&a, "--baseline", &v)) {
             snprintf(set.baseline, sizeof set.baseline, "%s", v);
         } else if (cli_value(&a, "--json", &v)) {
@@ -434,7 +459,7 @@ int cmd_moe(int argc, char **argv)
     if (!probe.present && !max_time_given) set.stop.max_time_s = 3;
     set.measure_ceilings = !no_ceilings && probe.present && !set.verify_only;
     if (backend_arg) {
-        add_backends(&a, backend_arg, backends, &nbackends);
+        add_backends(&a, backend_arg, plugin_ops, nplugins, backends, &nbackends);
     } else {
         for (int i = 0; i < fp4_moe_backend_count() && nbackends < MAX_BACKENDS; i++) {
             const fp4_moe_backend_ops *ops = fp4_moe_backend_at(i);
@@ -442,6 +467,8 @@ int cmd_moe(int argc, char **argv)
             if (probe.present ? gpu : !gpu) backends[nbackends++] = ops;
         }
     }
+    /* a loaded plugin always runs, named in --backend or not */
+    for (int i = 0; i < nplugins; i++) add_unique(backends, &nbackends, plugin_ops[i]);
     if (!set.baseline[0]) {
         for (int i = 0; i < nbackends; i++)
             if (strcmp(backends[i]->name, "moe-cublas-bf16") == 0)
@@ -542,10 +569,11 @@ int cmd_moe(int argc, char **argv)
     }
     fp4_warnings warn;
     fp4_warnings_clear(&warn);
-    fp4_moe_engine_destroy(moe, &warn);
+    fp4_moe_engine_destroy(moe, &warn); /* closes the plugins' instances: before unloading them */
     fp4_engine_destroy(engine, &warn);
     cli_print_warnings(&warn);
     fp4_report_free(&report);
+    for (int i = 0; i < nplugins; i++) fp4_moe_backend_unload(plugin_handles[i]);
     free(trace_ids);
     return rc;
 }
