@@ -21,7 +21,7 @@ grep -qE "^cpu-ref +yes" "$TMP/out" || fail "list --plugin dropped the built-in 
 checks=$((checks + 2))
 expect 0 "^1 2048 6144 moe-up" -- "$FP4" list --plugin "$GOOD" --preset sweep-m
 expect 3 "libfp4_plugin_oldabi.so: backend API version 0, this fp4bench speaks version [0-9]+" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_oldabi.so"
-expect 3 "libfp4_plugin_nosym.so has no symbol fp4_backend_entry" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_nosym.so"
+expect 3 "libfp4_plugin_nosym.so has no symbol fp4_backend_entry \\(nor fp4_moe_backend_entry\\)$" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_nosym.so"
 expect 3 "libfp4_plugin_clash.so: its backend is named 'cpu-ref', as a built-in backend is" -- "$FP4" list --plugin "$TOOLS/libfp4_plugin_clash.so"
 expect 3 "cannot load plugin $TMP/none.so" -- "$FP4" list --plugin "$TMP/none.so"
 expect 2 "--plugin: a backend named 'plugin-good' is already loaded" -- "$FP4" list --plugin "$GOOD" --plugin "$GOOD"
@@ -83,7 +83,15 @@ checks=$((checks + 2))
 expect 3 "libfp4_plugin_moe_clash.so: its backend is named 'moe-cpu-ref', as a built-in MoE backend is" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_clash.so" "${MOE_DIMS[@]}"
 expect 3 "libfp4_plugin_nosym.so has no symbol fp4_moe_backend_entry$" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_nosym.so" "${MOE_DIMS[@]}"
 expect 3 "has no symbol fp4_moe_backend_entry \\(it is a GEMM backend" -- "$FP4" moe --plugin "$GOOD" "${MOE_DIMS[@]}"
-expect 3 "has no symbol fp4_backend_entry \\(it is an MoE backend: load it with fp4bench moe\\)" -- "$FP4" list --plugin "$MOE_GOOD"
+expect 3 "has no symbol fp4_backend_entry \\(it is an MoE backend: load it with fp4bench moe\\)" -- "$FP4" run --plugin "$MOE_GOOD" --shape 4x24x32
+# list takes plugins of both kinds: the MoE one among the MoE backends
+expect 0 "^moe-plugin-good +yes +example MoE plugin.*\\(plugin $MOE_GOOD\\)" -- "$FP4" list --plugin "$MOE_GOOD" --plugin "$GOOD"
+sed -n '/^MoE backend /,/^$/p' "$TMP/out" | grep -qE "^moe-plugin-good +yes" ||
+    fail "list: moe-plugin-good is not under the MoE backends: $(cat "$TMP/out")"
+sed -n '/^MoE backend /,/^$/p' "$TMP/out" | grep -qE "^moe-cpu-ref +yes" ||
+    fail "list: no MoE backend section with moe-cpu-ref: $(cat "$TMP/out")"
+grep -qE "^plugin-good +yes" "$TMP/out" || fail "list with both kinds dropped plugin-good: $(cat "$TMP/out")"
+checks=$((checks + 3))
 expect 2 "--plugin: a backend named 'moe-plugin-good' is already loaded" -- "$FP4" moe --plugin "$MOE_GOOD" --plugin "$MOE_GOOD" "${MOE_DIMS[@]}"
 expect 2 "--backend: unknown MoE backend 'moe-plugin-good'.*needs its --plugin" -- "$FP4" moe --backend moe-plugin-good "${MOE_DIMS[@]}"
 
