@@ -13,6 +13,9 @@ extern "C" {
  * to plugins, no such symbol, a plugin of the other kind). */
 fp4_status fp4_plugin_open(const char *path, const char *symbol, void **handle, void **entry,
                            fp4_err *err);
+/* The end of a loader, with st its checks' verdict on the table: on success
+ * *handle = h; else h closed, *handle NULL and err naming the plugin. */
+fp4_status fp4_plugin_finish(const char *path, void *h, fp4_status st, void **handle, fp4_err *err);
 
 extern const fp4_backend_ops fp4_backend_cpu_ref;
 #ifdef FP4_HAVE_CUDA

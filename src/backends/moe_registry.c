@@ -1,6 +1,5 @@
 /* The MoE backends compiled in, the step names and the checks every MoE
  * backend relies on (fp4/moe_backend.h). */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -189,19 +188,11 @@ fp4_status fp4_moe_backend_load(const char *path, const fp4_moe_backend_ops **op
     if (st == FP4_OK && (table->flags & FP4_BACKEND_REFERENCE))
         st = fp4_fail(err, FP4_ERR_INVALID_ARG, "its backend '%s' claims FP4_BACKEND_REFERENCE: the exact "
                       "reference is moe-cpu-ref's, a plugin is a contender", table->name);
-    if (st != FP4_OK) {
-        char msg[FP4_ERR_MSG_LEN];
-        snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
-        dlclose(h);
-        *handle = NULL;
-        return fp4_fail(err, st, "plugin %s: %s", path, msg);
-    }
-    *ops = table;
-    *handle = h;
-    return FP4_OK;
+    if ((st = fp4_plugin_finish(path, h, st, handle, err)) == FP4_OK) *ops = table;
+    return st;
 }
 
 void fp4_moe_backend_unload(void *handle)
 {
-    if (handle) dlclose(handle);
+    fp4_backend_unload(handle);
 }

@@ -205,6 +205,19 @@ fp4_status fp4_plugin_open(const char *path, const char *symbol, void **handle, 
     return FP4_OK;
 }
 
+fp4_status fp4_plugin_finish(const char *path, void *h, fp4_status st, void **handle, fp4_err *err)
+{
+    if (st == FP4_OK) {
+        *handle = h;
+        return FP4_OK;
+    }
+    char msg[FP4_ERR_MSG_LEN];
+    snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
+    dlclose(h);
+    *handle = NULL;
+    return fp4_fail(err, st, "plugin %s: %s", path, msg);
+}
+
 fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void **handle,
                             fp4_err *err)
 {
@@ -230,16 +243,8 @@ fp4_status fp4_backend_load(const char *path, const fp4_backend_ops **ops, void 
     if (st == FP4_OK && fp4_backend_find(table->name))
         st = fp4_fail(err, FP4_ERR_INVALID_ARG, "its backend is named '%s', as a built-in backend is",
                       table->name);
-    if (st != FP4_OK) {
-        char msg[FP4_ERR_MSG_LEN];
-        snprintf(msg, sizeof msg, "%s", fp4_err_text(err));
-        dlclose(h);
-        *handle = NULL;
-        return fp4_fail(err, st, "plugin %s: %s", path, msg);
-    }
-    *ops = table;
-    *handle = h;
-    return FP4_OK;
+    if ((st = fp4_plugin_finish(path, h, st, handle, err)) == FP4_OK) *ops = table;
+    return st;
 }
 
 void fp4_backend_unload(void *handle)

@@ -24,28 +24,28 @@ static const char list_usage[] =
 
 #define LIST_MAX_PLUGINS 8
 
-/* One backend's lines: can it run here, and if not, why. */
+/* One backend's lines: can it run here (st from its probe), and if not, why. */
+static void list_line(const char *name, const char *summary, fp4_status st, const fp4_err *why,
+                      const char *plugin_path)
+{
+    printf("%-16s %-10s %s", name, st == FP4_OK ? "yes" : "no", summary);
+    if (plugin_path) printf(" (plugin %s)", plugin_path);
+    putchar('\n');
+    if (st != FP4_OK) printf("%-16s %-10s unsupported: %s\n", "", "", fp4_err_text(why));
+}
+
 static void list_backend(fp4_engine *engine, const fp4_backend_ops *ops, const char *plugin_path)
 {
     fp4_err why;
     fp4_err_clear(&why);
-    fp4_status st = fp4_engine_probe_backend(engine, ops, &why);
-    printf("%-16s %-10s %s", ops->name, st == FP4_OK ? "yes" : "no", ops->summary);
-    if (plugin_path) printf(" (plugin %s)", plugin_path);
-    putchar('\n');
-    if (st != FP4_OK) printf("%-16s %-10s unsupported: %s\n", "", "", fp4_err_text(&why));
+    list_line(ops->name, ops->summary, fp4_engine_probe_backend(engine, ops, &why), &why, plugin_path);
 }
 
-/* The same for an MoE backend. */
 static void list_moe_backend(fp4_moe_engine *moe, const fp4_moe_backend_ops *ops, const char *plugin_path)
 {
     fp4_err why;
     fp4_err_clear(&why);
-    fp4_status st = fp4_moe_engine_probe_backend(moe, ops, &why);
-    printf("%-16s %-10s %s", ops->name, st == FP4_OK ? "yes" : "no", ops->summary);
-    if (plugin_path) printf(" (plugin %s)", plugin_path);
-    putchar('\n');
-    if (st != FP4_OK) printf("%-16s %-10s unsupported: %s\n", "", "", fp4_err_text(&why));
+    list_line(ops->name, ops->summary, fp4_moe_engine_probe_backend(moe, ops, &why), &why, plugin_path);
 }
 
 /* Load a plugin of either kind into *gemm or *moe (the other NULL); exits
