@@ -75,12 +75,14 @@ grep -qE "^custom layer .* moe-plugin-good .*unsupported.*gate_up and down only"
     fail "moe-plugin-good's refused step: $(cat "$TMP/out")"
 grep -qE "^custom layer .* moe-cpu-ref " "$TMP/out" || fail "moe --plugin dropped moe-cpu-ref: $(cat "$TMP/out")"
 checks=$((checks + 2))
-expect 1 "" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_copyless.so" --step gate_up "${MOE_DIMS[@]}"
-rows=$(grep -cE "^custom gate_up .* moe-plugin-copyless +FAILED: verification: copy 1" "$TMP/out")
-[ "$rows" -eq 2 ] || fail "a plugin computing odd copies from the even input: $rows of 2 rows FAILED: $(cat "$TMP/out")"
-grep -qE "^custom gate_up .* moe-cpu-ref +[0-9.]+ " "$TMP/out" || fail "moe-cpu-ref's rows were lost: $(cat "$TMP/out")"
+expect 1 "" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_copyless.so" --step gate_up,down "${MOE_DIMS[@]}"
+rows=$(grep -cE "^custom (gate_up|down) .* moe-plugin-copyless +FAILED: verification: copy 1" "$TMP/out")
+[ "$rows" -eq 4 ] || fail "a plugin computing odd copies from the even input: $rows of 4 rows FAILED: $(cat "$TMP/out")"
+rows=$(grep -cE "^custom (gate_up|down) .* moe-cpu-ref +[0-9.]+ " "$TMP/out")
+[ "$rows" -eq 4 ] || fail "moe-cpu-ref's rows were lost ($rows of 4 timed): $(cat "$TMP/out")"
 checks=$((checks + 2))
 expect 3 "libfp4_plugin_moe_clash.so: its backend is named 'moe-cpu-ref', as a built-in MoE backend is" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_clash.so" "${MOE_DIMS[@]}"
+expect 3 "libfp4_plugin_moe_reference.so: its backend 'moe-plugin-reference' claims FP4_BACKEND_REFERENCE" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_reference.so" "${MOE_DIMS[@]}"
 expect 3 "libfp4_plugin_nosym.so has no symbol fp4_moe_backend_entry$" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_nosym.so" "${MOE_DIMS[@]}"
 expect 3 "has no symbol fp4_moe_backend_entry \\(it is a GEMM backend" -- "$FP4" moe --plugin "$GOOD" "${MOE_DIMS[@]}"
 expect 3 "has no symbol fp4_backend_entry \\(it is an MoE backend: load it with fp4bench moe\\)" -- "$FP4" run --plugin "$MOE_GOOD" --shape 4x24x32

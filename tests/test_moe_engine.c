@@ -461,7 +461,13 @@ static void test_labels_and_checks(void)
     CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG);
     bad.name = "all"; /* what --backend all means */
     CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG && strstr(err.msg, "'all'"));
-    const fp4_moe_backend_ops *no_table = NULL;
+    bad = fake_F_GOOD;
+    bad.math = (fp4_math)99;
+    CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG && strstr(err.msg, "math"));
+    bad = fake_F_GOOD;
+    bad.wformat = (fp4_moe_wformat)7; /* the row's bytes would count nothing */
+    CHECK(fp4_moe_backend_validate(&bad, &err) == FP4_ERR_INVALID_ARG && strstr(err.msg, "weight format"));
+    const fp4_moe_backend_ops *no_table = fp4_moe_backend_at(0);
     void *handle = &handle;
     CHECK(fp4_moe_backend_load("/nonexistent/plugin.so", &no_table, &handle, &err) == FP4_ERR_IO &&
           !no_table && !handle && strstr(err.msg, "cannot load plugin /nonexistent/plugin.so"));

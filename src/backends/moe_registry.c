@@ -134,7 +134,7 @@ fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err
     if (ops->api_version != FP4_MOE_BACKEND_API_VERSION)
         return fp4_fail(err, FP4_ERR_UNSUPPORTED, "MoE backend API version %d, this fp4bench speaks %d",
                         ops->api_version, FP4_MOE_BACKEND_API_VERSION);
-    if (!ops->name || !ops->name[0] || strlen(ops->name) > MOE_BACKEND_NAME_MAX)
+    if (!ops->name || !ops->name[0] || strnlen(ops->name, MOE_BACKEND_NAME_MAX + 1) > MOE_BACKEND_NAME_MAX)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend name empty or longer than %d bytes",
                         MOE_BACKEND_NAME_MAX);
     if (strcmp(ops->name, "all") == 0) /* --backend all means every backend */
@@ -151,6 +151,13 @@ fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err
     if (ops->flags & ~known)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend '%s' has unknown flags 0x%x", ops->name,
                         ops->flags & ~known);
+    if ((int)ops->math < (int)FP4_MATH_CPU || (int)ops->math > (int)FP4_MATH_FP4_TC)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend '%s' has an unknown math kind %d", ops->name,
+                        (int)ops->math);
+    /* the bytes of a row (GB/s, % of the read bandwidth) are counted in this format */
+    if ((int)ops->wformat < (int)FP4_MOE_WEIGHTS_NVFP4 || (int)ops->wformat > (int)FP4_MOE_WEIGHTS_BF16)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend '%s' has an unknown weight format %d",
+                        ops->name, (int)ops->wformat);
     if (!isfinite(ops->tol_max) || ops->tol_max < 0 || !isfinite(ops->tol_norm) || ops->tol_norm < 0)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE backend '%s' has tolerances %g, %g", ops->name,
                         ops->tol_max, ops->tol_norm);

@@ -74,7 +74,8 @@ static const char moe_usage[] =
     "  --quiet               no progress line\n"
     "\n"
     "exit status: 0 all rows ok or unsupported, 1 a backend FAILED, 2 usage error,\n"
-    "             3 runtime error (a bad trace file, a CUDA failure), 130 interrupted\n";
+    "             3 runtime error (a bad trace file, a plugin that cannot load, a CUDA\n"
+    "             failure), 130 interrupted\n";
 
 typedef struct moe_ctx {
     cli_row_files files; /* --json FILE, --csv */

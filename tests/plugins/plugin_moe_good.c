@@ -13,8 +13,9 @@
  *   fp4bench moe --plugin ./plugin_moe_good.so --dims 256,128,16,4 --tokens 8,64
  *
  * MOE_GOOD_VARIANT (tests/CMakeLists.txt) makes the variants the tests load:
- * 1 named as the built-in reference (the loader refuses it), 2 computing odd
- * copies from the even copies' input (the engine must report it FAILED). */
+ * 1 named as the built-in reference and 3 flagged as an exact reference (the
+ * loader refuses both), 2 computing odd copies from the even copies' input
+ * (the engine must report it FAILED). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@
 #define MOE_GOOD_NAME "moe-cpu-ref"
 #elif MOE_GOOD_VARIANT == 2
 #define MOE_GOOD_NAME "moe-plugin-copyless"
+#elif MOE_GOOD_VARIANT == 3
+#define MOE_GOOD_NAME "moe-plugin-reference"
 #else
 #define MOE_GOOD_NAME "moe-plugin-good"
 #endif
@@ -193,7 +196,7 @@ static const fp4_moe_backend_ops good_ops = {
     .api_version = FP4_MOE_BACKEND_API_VERSION,
     .name = MOE_GOOD_NAME,
     .summary = "example MoE plugin: weights decoded by libfp4, each pair in double on the CPU",
-    .flags = 0, /* a CPU contender with exact operands */
+    .flags = MOE_GOOD_VARIANT == 3 ? FP4_BACKEND_REFERENCE : 0, /* a CPU contender with exact operands */
     .math = FP4_MATH_CPU,
     .wformat = FP4_MOE_WEIGHTS_NVFP4,
     .tol_max = 1e-5, /* float roundings of double sums (down adds k of them) */
