@@ -184,8 +184,9 @@ fp4_status fp4_moe_backend_validate(const fp4_moe_backend_ops *ops, fp4_err *err
 
 typedef const fp4_moe_backend_ops *(*fp4_moe_backend_entry_fn)(void);
 /* Load an external MoE backend from a shared object: its table validated,
- * named unlike every built-in MoE backend, and not FP4_BACKEND_REFERENCE. The table stays valid while the
- * object stays loaded; *handle is for fp4_moe_backend_unload. */
+ * named unlike every built-in MoE backend, and not FP4_BACKEND_REFERENCE.
+ * The table stays valid while the object stays loaded; *handle is for
+ * fp4_moe_backend_unload. */
 fp4_status fp4_moe_backend_load(const char *path, const fp4_moe_backend_ops **ops, void **handle,
                                 fp4_err *err);
 void fp4_moe_backend_unload(void *handle);
