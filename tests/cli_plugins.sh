@@ -70,12 +70,12 @@ rows = json.load(open(sys.argv[1]))["rows"]
 print(sum(1 for r in rows if r["backend"] == "moe-plugin-good" and r["state"] == "ok" and r["verified"] == 1))' "$TMP/moe.json")
 [ "$n" = 8 ] || fail "moe --plugin --json: $n of 8 verified rows of moe-plugin-good"
 checks=$((checks + 3))
-expect 0 "" -- "$FP4" moe --plugin "$MOE_GOOD" --step layer --verbose "${MOE_DIMS[@]}"
+expect 0 "" -- "$FP4" moe --plugin "$MOE_GOOD" --backend moe-cpu-ref --step layer --verbose "${MOE_DIMS[@]}"
 grep -qE "^custom layer .* moe-plugin-good .*unsupported.*gate_up and down only" "$TMP/out" ||
     fail "moe-plugin-good's refused step: $(cat "$TMP/out")"
-grep -qE "^custom layer .* moe-cpu-ref " "$TMP/out" || fail "moe --plugin dropped moe-cpu-ref: $(cat "$TMP/out")"
+grep -qE "^custom layer .* moe-cpu-ref " "$TMP/out" || fail "moe --plugin dropped --backend moe-cpu-ref: $(cat "$TMP/out")"
 checks=$((checks + 2))
-expect 1 "" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_copyless.so" --step gate_up,down "${MOE_DIMS[@]}"
+expect 1 "" -- "$FP4" moe --plugin "$TOOLS/libfp4_plugin_moe_copyless.so" --backend moe-cpu-ref --step gate_up,down "${MOE_DIMS[@]}"
 rows=$(grep -cE "^custom (gate_up|down) .* moe-plugin-copyless +FAILED: verification: copy 1" "$TMP/out")
 [ "$rows" -eq 4 ] || fail "a plugin computing odd copies from the even input: $rows of 4 rows FAILED: $(cat "$TMP/out")"
 rows=$(grep -cE "^custom (gate_up|down) .* moe-cpu-ref +[0-9.]+ " "$TMP/out")
