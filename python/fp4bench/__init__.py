@@ -1,6 +1,7 @@
 """fp4bench for Python: the NVFP4 format and the exact reference of the fp4bench C
-library (through ctypes, bit for bit the CLI's), and bench(), which verifies and
-times GEMM callables by the engine's rules and writes the CLI's JSON.
+library (through ctypes, bit for bit the CLI's), the exact reference of routed MoE
+steps (moe_reference), and bench(), which verifies and times GEMM callables by
+the engine's rules and writes the CLI's JSON.
 
     import fp4bench
     a, b = fp4bench.quantize(x), fp4bench.quantize(w)       # NVFP4, as the CLI quantizes
@@ -29,6 +30,7 @@ from .format import (
     unswizzle_scales,
 )
 from .libbackend import LibraryBackend
+from .moe import moe_reference
 from .report import Report, Row, read_json
 from .shapes import Case, preset, presets
 
@@ -36,6 +38,6 @@ __all__ = [
     "__version__", "Fp4Error", "LibraryNotFound", "lib_path", "program",
     "NVFP4", "Verdict", "quantize", "dequantize", "reference_gemm", "check", "compare",
     "tolerances", "swizzle_scales", "unswizzle_scales", "make_operand",
-    "bench", "Backend", "Operands", "Problem", "Unsupported", "LibraryBackend",
+    "bench", "Backend", "Operands", "Problem", "Unsupported", "LibraryBackend", "moe_reference",
     "Report", "Row", "read_json", "Case", "preset", "presets",
 ]
