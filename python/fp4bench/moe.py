@@ -58,7 +58,10 @@ def _bind() -> CDLL:
             "fp4_moe_combine": (c_int, [P(c_float), c_int64, P(_Routing), P(c_float), P(Err)]),
         }
         for name, (res, args) in sigs.items():
-            fn = getattr(L, name)
+            try:
+                fn = getattr(L, name)
+            except AttributeError:
+                raise _lib.LibraryNotFound(f"{L._name} is not a compatible libfp4: it lacks {name}") from None
             fn.restype = res
             fn.argtypes = args
         _bound = L
