@@ -30,7 +30,7 @@ from .format import (
     unswizzle_scales,
 )
 from .libbackend import LibraryBackend
-from .moe import moe_reference
+from .moe import LayerResult, moe_layer_reference, moe_reference
 from .report import Report, Row, read_json
 from .shapes import Case, preset, presets
 
@@ -39,5 +39,6 @@ __all__ = [
     "NVFP4", "Verdict", "quantize", "dequantize", "reference_gemm", "check", "compare",
     "tolerances", "swizzle_scales", "unswizzle_scales", "make_operand",
     "bench", "Backend", "Operands", "Problem", "Unsupported", "LibraryBackend", "moe_reference",
+    "moe_layer_reference", "LayerResult",
     "Report", "Row", "read_json", "Case", "preset", "presets",
 ]

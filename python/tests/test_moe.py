@@ -1,18 +1,21 @@
-"""moe_reference: the exact routed-MoE reference from Python. W4A4 gate_up is
-bit for bit the library's reference GEMM of each (token, slot) pair against its
-expert; W4A16 and down agree with a float64 computation written here from the
-definitions (docs/MOE.md); bad routing and shapes are refused with a message."""
+"""moe_reference and moe_layer_reference: the exact routed-MoE references from
+Python. W4A4 gate_up is bit for bit the library's reference GEMM of each
+(token, slot) pair against its expert; W4A16 and down agree with a float64
+computation written here from the definitions (docs/MOE.md); the layer is its
+steps composed, with the activations written here; bad routing and shapes are
+refused with a message."""
 
 from __future__ import annotations
 
 import unittest
+import warnings
 
 import numpy as np
 
 import _util  # noqa: F401  (the package from this source tree)
 
 import fp4bench
-from fp4bench import NVFP4, moe_reference, quantize, reference_gemm
+from fp4bench import NVFP4, moe_layer_reference, moe_reference, quantize, reference_gemm
 from fp4bench.format import bf16_to_f32, dequantize, f32_to_bf16
 
 E, H, N, T, K = 6, 64, 48, 9, 3
@@ -81,10 +84,73 @@ class MoeReference(unittest.TestCase):
             (lambda: moe_reference("gate_up", x, self.w, ids + E), "experts"),
             (lambda: moe_reference("gate_up", x, self.w, np.zeros((T, K), dtype=int)), "twice"),
             (lambda: moe_reference("gate_up", x, self.w[:1] + [quantize(np.ones((N, 32), np.float32))],
-                                   np.zeros((T, 1), dtype=int)), "one shape"),
+                                   np.zeros((T, 1), dtype=int)), "want [48, 64]"),
             (lambda: moe_reference("gate_up", x, self.w, ids[:-1]), "wants"),
             (lambda: moe_reference("down", f32_to_bf16(np.ones((T, H), np.float32)), self.w, ids, rw),
              "wants"),
+        ]
+        for call, message in bad:
+            with self.assertRaises((ValueError, fp4bench.Fp4Error)) as cm:
+                call()
+            self.assertIn(message, str(cm.exception))
+
+
+class MoeLayerReference(unittest.TestCase):
+    I = 32
+
+    def setUp(self) -> None:
+        rng = np.random.default_rng(11)
+        self.gu = [quantize(rng.standard_normal((2 * self.I, H)).astype(np.float32)) for _ in range(E)]
+        self.dn = [quantize(rng.standard_normal((H, self.I)).astype(np.float32)) for _ in range(E)]
+        self.x = f32_to_bf16(rng.standard_normal((T, H)).astype(np.float32))
+        self.ids, self.rw = routing(rng)
+
+    def test_w4a16_is_its_steps(self) -> None:
+        r = moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw)
+        self.assertEqual((r.out.shape, r.y.shape, r.h.shape, r.d.shape),
+                         ((T, H), (T * K, 2 * self.I), (T * K, self.I), (T * K, H)))
+        self.assertEqual((r.x_encode_scale, r.h_encode_scale), (0.0, 0.0))
+        np.testing.assert_array_equal(r.y, moe_reference("gate_up", self.x, self.gu, self.ids))
+        g, u = r.y[:, :self.I].astype(np.float64), r.y[:, self.I:].astype(np.float64)
+        np.testing.assert_allclose(r.h, g / (1 + np.exp(-g)) * u, rtol=1e-6, atol=1e-30)
+        # h rounded to bf16, then down and the combine
+        np.testing.assert_array_equal(r.out, moe_reference("down", f32_to_bf16(r.h), self.dn, self.ids,
+                                                           self.rw))
+
+    def test_w4a4_static_scales(self) -> None:
+        dyn = moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, mode="w4a4")
+        self.assertGreater(dyn.x_encode_scale, 0.0)
+        self.assertGreater(dyn.h_encode_scale, 0.0)
+        xq = quantize(self.x, encode_scale=dyn.x_encode_scale)
+        np.testing.assert_array_equal(dyn.y, moe_reference("gate_up", xq, self.gu, self.ids))
+        with warnings.catch_warnings():  # the dynamic scale puts h's largest block at E4M3's top
+            warnings.simplefilter("ignore")
+            hq = quantize(dyn.h, encode_scale=dyn.h_encode_scale)
+        np.testing.assert_array_equal(dyn.out, moe_reference("down", hq, self.dn, self.ids, self.rw))
+        fixed = moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, mode="w4a4",
+                                    x_encode_scale=dyn.x_encode_scale,
+                                    h_encode_scale=dyn.h_encode_scale)
+        np.testing.assert_array_equal(fixed.out, dyn.out)
+        # another static h scale is used as given
+        half = moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, mode="w4a4",
+                                   x_encode_scale=dyn.x_encode_scale,
+                                   h_encode_scale=dyn.h_encode_scale / 2)
+        self.assertEqual(half.h_encode_scale, np.float32(dyn.h_encode_scale / 2))
+
+    def test_swiglu_oai(self) -> None:
+        r = moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, act="swiglu-oai")
+        g = np.minimum(r.y[:, :self.I].astype(np.float64), 7.0)
+        u = np.clip(r.y[:, self.I:].astype(np.float64), -7.0, 7.0)
+        want = g / (1 + np.exp(-np.float64(np.float32(1.702)) * g)) * (u + 1)
+        np.testing.assert_allclose(r.h, want, rtol=1e-6, atol=1e-30)
+
+    def test_refused(self) -> None:
+        bad = [
+            (lambda: moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, mode="w8a8"), "mode"),
+            (lambda: moe_layer_reference(self.x, self.gu, self.dn, self.ids, self.rw, act="relu"), "act"),
+            (lambda: moe_layer_reference(self.x, self.gu, self.dn[:-1], self.ids, self.rw), "one of each"),
+            (lambda: moe_layer_reference(self.x, self.gu, self.gu, self.ids, self.rw), "down[0]"),
+            (lambda: moe_layer_reference(self.x[:-1], self.gu, self.dn, self.ids, self.rw), "want"),
         ]
         for call, message in bad:
             with self.assertRaises((ValueError, fp4bench.Fp4Error)) as cm:
