@@ -624,7 +624,7 @@ mode_refresh() {
     [ "$name" = baseline ] || moe_args "$name" >/dev/null || fail "refresh: no result named $name"
   done
   for step in "glm5 160" "baseline 150" "glm5-balanced 70" "glm5-skewed 55" "glm5-w4a16 55" \
-    "glm5-layer 80" "gpt-oss 60"; do
+    "glm5-layer 80" "gpt-oss 60" "glm5-layer-w4a16 80"; do
     name=${step% *} need=${step#* } left=$((${DEADLINE:-0} - SECONDS))
     if [ -n "${REFRESH:-}" ] && [[ " $REFRESH " != *" $name "* ]]; then
       continue

@@ -401,11 +401,13 @@ def region_moe(res):
                    f"| {cells[MOE_BF16]} | {cells[MOE_FP8]} | {cells[MOE_LOOP]} "
                    f"| {cell_paired(r, MOE_BF16) if r else '-'} "
                    f"| {cell_ratio(rows.get(MOE_FP8), r) if r else '-'} |")
+    refused = sorted({x.get("reason") or x.get("backend", "?") for c in cases for x in res.moe[c].values()
+                      if x.get("state") == "unsupported"})
     out += ["", "Bold: the fastest backend of the case; \"-\": not in that run. vs bf16: "
             "moe-fp4-sm90's paired ratio against moe-cublas-bf16 with its 95% interval (above 1: "
             "moe-fp4-sm90 is faster); vs fp8: the ratio of the medians. % read BW: the weight and "
-            "activation bytes the call reads over the measured read bandwidth; unsupported: "
-            "moe-cublaslt-fp8 runs gate_up and down, not the layer."]
+            "activation bytes the call reads over the measured read bandwidth."
+            + (" Unsupported, as the rows say: " + "; ".join(refused) + "." if refused else "")]
     return out
 
 

@@ -5,17 +5,22 @@
  * layer, one where experts see 75 pairs each (the wide grouped path), and
  * one of 8448 pairs (the layer's routing step in three kernels, not one);
  * every step (gate_up, down, the layer) in W4A4 and W4A16. A backend
- * may say unsupported (loop-fp4 in W4A16, fp8 for the layer), never FAILED;
- * moe-cublas-bf16 must run everything. Then one timed case: graphs, cold-L2
- * copies, every copy verified again after timing, the layer's steps, with a
+ * may say unsupported (loop-fp4 in W4A16), never FAILED; moe-cublas-bf16
+ * must run everything, moe-cublaslt-fp8 everything but the W4A4 layer, which
+ * it refuses with its reason. Then timed cases (each step in W4A4, the layer
+ * in W4A16 too): graphs, cold-L2 copies, every copy verified again after
+ * timing, the layer's steps, with a
  * backend first whose prepare() fails on an out-of-memory cudaMalloc and
- * leaves that as CUDA's last error: the others still run.
+ * leaves that as CUDA's last error: the others still run. First, the
+ * activation kernel's e4m3 and amax outputs (the fp8 layer's) on their own.
  * Exits 77 (skipped) without a GPU. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/moe_gpu.h"
 #include "check.h"
 #include "fp4/device.h"
 #include "fp4/engine.h"
@@ -94,6 +99,74 @@ static const fp4_moe_backend_ops fake_oom = {
     .release = oom_release,
 };
 
+/* fp4_moe_gpu_act's E4M3 output (gathered rows, a -1 row of zeros) against
+ * fp4_e4m3_encode of value x scale, and its AMAX output (silu of gate and up)
+ * against the host's activation, on random bf16 rows. */
+static void check_act_e4m3_amax(void)
+{
+    enum { ROWS = 5, COLS = 48, SRC_ROWS = 3 };
+    static const int32_t map[ROWS] = {2, 0, -1, 1, 2};
+    uint16_t src[SRC_ROWS * 2 * COLS];
+    uint8_t got[ROWS * COLS];
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < SRC_ROWS * 2 * COLS; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        src[i] = fp4_bf16_from_float(((float)(seed >> 40) / (float)(1u << 24) - 0.5f) * 9.0f);
+    }
+    uint16_t *d_src = NULL;
+    int32_t *d_map = NULL;
+    uint8_t *d_out = NULL;
+    unsigned *d_amax = NULL, amax_bits = 0;
+    fp4_err err;
+    CHECK(cudaMalloc((void **)&d_src, sizeof src) == cudaSuccess && cudaMalloc((void **)&d_map, sizeof map) == cudaSuccess &&
+          cudaMalloc((void **)&d_out, sizeof got) == cudaSuccess && cudaMalloc((void **)&d_amax, sizeof amax_bits) == cudaSuccess);
+    CHECK(cudaMemcpy(d_src, src, sizeof src, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemcpy(d_map, map, sizeof map, cudaMemcpyHostToDevice) == cudaSuccess &&
+          cudaMemset(d_out, 0x7F, sizeof got) == cudaSuccess && cudaMemset(d_amax, 0, sizeof amax_bits) == cudaSuccess);
+    const float enc = 120.0f; /* |x| up to 4.5: the largest saturate at 448 */
+    fp4_moe_act_args a;
+    memset(&a, 0, sizeof a);
+    a.src = d_src;
+    a.src_cols = COLS; /* src as [2 SRC_ROWS, COLS] */
+    a.map = d_map;
+    a.act = -1;
+    a.rows = ROWS;
+    a.cols = COLS;
+    a.out = FP4_MOE_QOUT_E4M3;
+    a.e4m3_enc = enc;
+    a.out_e4m3 = d_out;
+    CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_OK, "e4m3: %s", fp4_err_text(&err));
+    memset(&a, 0, sizeof a);
+    a.src = d_src;
+    a.src_cols = 2 * COLS;
+    a.act = FP4_MOE_ACT_SILU;
+    a.rows = SRC_ROWS;
+    a.cols = COLS;
+    a.out = FP4_MOE_QOUT_AMAX;
+    a.amax = d_amax;
+    CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_OK, "amax: %s", fp4_err_text(&err));
+    a.amax = NULL;
+    CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_ERR_INVALID_ARG, "amax without its output accepted");
+    CHECK(cudaMemcpy(got, d_out, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess &&
+          cudaMemcpy(&amax_bits, d_amax, sizeof amax_bits, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            const float x = map[r] < 0 ? 0.0f : fp4_bf16_to_float(src[map[r] * COLS + c]);
+            bad += got[r * COLS + c] != fp4_e4m3_encode(x * enc);
+        }
+    CHECK_MSG(bad == 0, "e4m3 output: %d of %d bytes differ from fp4_e4m3_encode", bad, ROWS * COLS);
+    float want = 0.0f, amax;
+    for (int r = 0; r < SRC_ROWS; r++)
+        for (int c = 0; c < COLS; c++)
+            want = fmaxf(want, fabsf(fp4_moe_activation(FP4_MOE_ACT_SILU, fp4_bf16_to_float(src[r * 2 * COLS + c]),
+                                                        fp4_bf16_to_float(src[r * 2 * COLS + COLS + c]))));
+    memcpy(&amax, &amax_bits, sizeof amax);
+    CHECK_MSG(want > 0.0f && fabsf(amax - want) <= 1e-5f * want, "amax %.9g, the host's %.9g", amax, want);
+    CHECK(cudaFree(d_src) == cudaSuccess && cudaFree(d_map) == cudaSuccess && cudaFree(d_out) == cudaSuccess &&
+          cudaFree(d_amax) == cudaSuccess);
+}
+
 static int gpu_backends(const fp4_moe_backend_ops **b)
 {
     int n = 0;
@@ -133,6 +206,14 @@ static void run_layer_case(fp4_moe_engine *m, fp4_report *rep, const layer_case 
                 if (strcmp(r->backend, "moe-cublas-bf16") == 0)
                     CHECK_MSG(r->state == FP4_ROW_OK && r->verified == 1, "%s %s %s: cublas-bf16 %s", lc->what,
                               r->moe.step, r->moe.mode, r->reason);
+                if (strcmp(r->backend, "moe-cublaslt-fp8") == 0) {
+                    if (c.step == FP4_MOE_STEP_LAYER && c.mode == FP4_MOE_W4A4)
+                        CHECK_MSG(r->state == FP4_ROW_UNSUPPORTED && strstr(r->reason, "W4A16 only"),
+                                  "%s: fp8 W4A4 layer %s: %s", lc->what, fp4_row_state_name(r->state), r->reason);
+                    else
+                        CHECK_MSG(r->state == FP4_ROW_OK && r->verified == 1, "%s %s %s: cublaslt-fp8 %s", lc->what,
+                                  r->moe.step, r->moe.mode, r->reason);
+                }
                 if (strcmp(r->backend, "moe-fp4-sm90") == 0 && r->state == FP4_ROW_UNSUPPORTED)
                     CHECK_MSG(strstr(r->reason, "sm_90") != NULL, "%s: moe-fp4-sm90 unsupported on sm_90: %s",
                               lc->what, r->reason);
@@ -154,6 +235,7 @@ int main(int argc, char **argv)
         printf("gpu_moe: no GPU (%s): skipped\n", dev.why_absent);
         return 77;
     }
+    check_act_e4m3_amax();
     const int nb = gpu_backends(b);
     memset(&rep, 0, sizeof rep);
     fp4_settings_default(&set);
@@ -195,7 +277,8 @@ int main(int argc, char **argv)
     const fp4_moe_backend_ops *timed[17];
     timed[0] = &fake_oom; /* prepared first: the real backends come after its failure */
     for (int i = 0; i < nb; i++) timed[i + 1] = b[i];
-    for (int s = 0; s < FP4_MOE_STEP_COUNT; s++) {
+    /* every step in W4A4, then the layer in W4A16 (moe-cublaslt-fp8's layer) */
+    for (int s = 0; s <= FP4_MOE_STEP_COUNT; s++) {
         fp4_moe_case c;
         memset(&c, 0, sizeof c);
         snprintf(c.model, sizeof c.model, "custom");
@@ -204,8 +287,8 @@ int main(int argc, char **argv)
         c.tokens = 64;
         c.route.mode = FP4_MOE_ROUTE_RANDOM;
         c.route.seed = 2;
-        c.step = (fp4_moe_step)s;
-        c.mode = FP4_MOE_W4A4;
+        c.step = s < FP4_MOE_STEP_COUNT ? (fp4_moe_step)s : FP4_MOE_STEP_LAYER;
+        c.mode = s < FP4_MOE_STEP_COUNT ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
         const int from = rep.nrows;
         CHECK_MSG(fp4_moe_engine_run_case(m, &c, timed, nb + 1, &rep, NULL, NULL, &err) == FP4_OK, "%s",
                   fp4_err_text(&err));
@@ -216,17 +299,19 @@ int main(int argc, char **argv)
                           fp4_row_state_name(r->state), r->reason);
                 continue;
             }
-            printf("timed %-8s %-17s %-11s %8.2f us x%d copies %s (%s)\n", r->moe.step, r->backend,
+            printf("timed %-8s %-6s %-17s %-11s %8.2f us x%d copies %s (%s)\n", r->moe.step, r->moe.mode, r->backend,
                    fp4_row_state_name(r->state), r->t.median, r->copies, r->l2,
                    r->state == FP4_ROW_OK ? r->variant : r->reason);
             CHECK_MSG(r->state != FP4_ROW_FAILED, "timed %s %s: %s", r->moe.step, r->backend, r->reason);
+            if (strcmp(r->backend, "moe-cublaslt-fp8") == 0 && c.mode == FP4_MOE_W4A16)
+                CHECK_MSG(r->state == FP4_ROW_OK, "timed fp8 layer: %s", r->reason);
             if (r->state != FP4_ROW_OK) continue;
             CHECK(r->t.count > 0 && r->t.median > 0 && strncmp(r->timing, "graph", 5) == 0);
             CHECK_MSG(r->verified_copies == r->copies, "%s: %d of %d copies verified after timing", r->backend,
                       r->verified_copies, r->copies);
             CHECK_MSG(strcmp(r->l2, "cold") == 0, "%s: L2 %s with %d copies", r->backend, r->l2, r->copies);
             CHECK(r->has_ratio && r->moe.tokens_per_s > 0);
-            if (s == FP4_MOE_STEP_LAYER) {
+            if (c.step == FP4_MOE_STEP_LAYER) {
                 CHECK_MSG(r->moe.nsteps >= 4, "%s: %d layer steps timed", r->backend, r->moe.nsteps);
                 for (int j = 0; j < r->moe.nsteps; j++) printf("    %s %.2f us\n", r->moe.steps[j].name, r->moe.steps[j].us);
             }

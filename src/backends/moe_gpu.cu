@@ -349,6 +349,7 @@ static __device__ __forceinline__ float e2m1_value(uint32_t code)
 __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
 {
     const int64_t kb = a.cols / 16, total = a.rows * kb;
+    float amax_seen = 0.0f; /* AMAX */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / kb, b = i - r * kb;
@@ -371,9 +372,19 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
             for (int j = 0; j < 16; j++) o[j] = to_bf16(x[j]);
             continue;
         }
+        if (a.out == FP4_MOE_QOUT_E4M3) {
+            uint8_t *o = a.out_e4m3 + r * a.cols + b * 16;
+#pragma unroll
+            for (int j = 0; j < 16; j++) o[j] = e4m3_rn(__fmul_rn(x[j], a.e4m3_enc));
+            continue;
+        }
         float bm = 0.0f;
 #pragma unroll
         for (int j = 0; j < 16; j++) bm = fmaxf(bm, fabsf(x[j]));
+        if (a.out == FP4_MOE_QOUT_AMAX) {
+            amax_seen = fmaxf(amax_seen, bm);
+            continue;
+        }
         const float gs = a.encode_scale;
         const uint8_t sf_byte = e4m3_rn(__fmul_rn(gs, __fdiv_rn(bm, 6.0f)));
         const float sf = e4m3_value(sf_byte);
@@ -402,17 +413,30 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
         ((uint2 *)a.codes)[i] = packed; /* row r's block b: byte (r * cols + 16 b) / 2 */
         a.scales[a.out == FP4_MOE_QOUT_NVFP4_SWIZZLED ? swizzle_at(r, b, kbp) : i] = sf_byte;
     }
+    if (a.out == FP4_MOE_QOUT_AMAX) { /* every lane is past the loop: one atomic a warp */
+        const unsigned warp_max = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(amax_seen));
+        if ((threadIdx.x & 31) == 0) atomicMax(a.amax, warp_max);
+    }
 }
 
 extern "C" fp4_status fp4_moe_gpu_act(const fp4_moe_act_args *a, cudaStream_t s, fp4_err *err)
 {
     if (!a || !a->src || a->cols % 16 || a->cols < 16 || a->src_cols != (a->act < 0 ? a->cols : 2 * a->cols))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: bad arguments");
-    const int bf16_out = a->out == FP4_MOE_QOUT_BF16 || a->out == FP4_MOE_QOUT_DEQUANT_BF16;
-    if (bf16_out ? !a->out_bf16 : (!a->codes || !a->scales || ((uintptr_t)a->codes & 7)))
+    const fp4_moe_qout q = a->out;
+    const int bf16_out = q == FP4_MOE_QOUT_BF16 || q == FP4_MOE_QOUT_DEQUANT_BF16;
+    const int e4m3_out = q == FP4_MOE_QOUT_E4M3;
+    const int nvfp4 = q == FP4_MOE_QOUT_NVFP4 || q == FP4_MOE_QOUT_NVFP4_SWIZZLED || q == FP4_MOE_QOUT_DEQUANT_BF16;
+    if (q < FP4_MOE_QOUT_BF16 || q > FP4_MOE_QOUT_AMAX)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: output kind %d", (int)q);
+    if (bf16_out ? !a->out_bf16
+                 : e4m3_out ? !a->out_e4m3
+                            : q == FP4_MOE_QOUT_AMAX ? !a->amax : (!a->codes || !a->scales || ((uintptr_t)a->codes & 7)))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: no (or misaligned) output");
-    if (!bf16_out && !(a->encode_scale > 0.0f))
+    if (nvfp4 && !(a->encode_scale > 0.0f))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: encode scale %g", (double)a->encode_scale);
+    if (e4m3_out && !(a->e4m3_enc > 0.0f))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: e4m3 scale %g", (double)a->e4m3_enc);
     if (a->rows < 1) return FP4_OK;
     moe_act_kernel<<<grid_for(a->rows * (a->cols / 16)), THREADS, 0, s>>>(*a, fp4_swizzled_kblocks(a->cols));
     FP4_CUDA_LAUNCH_TRY(err);

@@ -77,7 +77,9 @@ typedef enum fp4_moe_qout {
     FP4_MOE_QOUT_BF16 = 0,           /* the values as bf16 (nearest even) */
     FP4_MOE_QOUT_NVFP4 = 1,          /* codes + plain row-major scales */
     FP4_MOE_QOUT_NVFP4_SWIZZLED = 2, /* codes + 128x4 swizzled scales */
-    FP4_MOE_QOUT_DEQUANT_BF16 = 3    /* the NVFP4 values e2m1 * scale (no global scale) as bf16: exact */
+    FP4_MOE_QOUT_DEQUANT_BF16 = 3,   /* the NVFP4 values e2m1 * scale (no global scale) as bf16: exact */
+    FP4_MOE_QOUT_E4M3 = 4,           /* e4m3_satfinite(value * e4m3_enc) (fp8 per-tensor scale) */
+    FP4_MOE_QOUT_AMAX = 5            /* nothing written: max |value| over all rows into *amax (calibration) */
 } fp4_moe_qout;
 
 /* The activation and the quantization of a layer, or a plain conversion:
@@ -87,7 +89,10 @@ typedef enum fp4_moe_qout {
  *             (src_cols == 2 cols), in fp32 with expf
  * then written as `out` says. NVFP4 quantization is the specification's
  * (src/format/nvfp4.c quantize_row) with the static encode_scale, bit for
- * bit: bm = max|x| per 16, sf = e4m3(gs * (bm / 6)), q = e2m1(x / (sf / gs)). */
+ * bit: bm = max|x| per 16, sf = e4m3(gs * (bm / 6)), q = e2m1(x / (sf / gs)).
+ * AMAX: *amax (float bits, zeroed by the caller; >= 0, so bit order is value
+ * order) becomes the max of itself and every |value|, e.g. to calibrate a
+ * static e4m3 scale; its reduction is atomic, not for timed calls. */
 typedef struct fp4_moe_act_args {
     const uint16_t *src; /* bf16 [*, src_cols] */
     int64_t src_cols;
@@ -98,6 +103,9 @@ typedef struct fp4_moe_act_args {
     float encode_scale;
     uint16_t *out_bf16;      /* BF16, DEQUANT_BF16: [rows, cols] */
     uint8_t *codes, *scales; /* NVFP4: [rows, cols/2] and plain [rows, cols/16] or swizzled */
+    float e4m3_enc;          /* E4M3: the per-tensor scale (> 0) */
+    uint8_t *out_e4m3;       /* E4M3: [rows, cols] */
+    unsigned *amax;          /* AMAX */
 } fp4_moe_act_args;
 fp4_status fp4_moe_gpu_act(const fp4_moe_act_args *a, cudaStream_t s, fp4_err *err);
 

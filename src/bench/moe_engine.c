@@ -948,6 +948,10 @@ fp4_status fp4_moe_engine_run_case(fp4_moe_engine *m, const fp4_moe_case *c,
         } else if (c->step == FP4_MOE_STEP_LAYER) {
             s->tol_max = c->mode == FP4_MOE_W4A4 ? LAYER_W4A4_TOL_MAX : LAYER_W4A16_TOL_MAX;
             s->tol_norm = c->mode == FP4_MOE_W4A4 ? LAYER_W4A4_TOL_NORM : LAYER_W4A16_TOL_NORM;
+            if (s->ops->flags & FP4_BACKEND_LOSSY) { /* its own rounding may be the larger */
+                s->tol_max = fmax(s->tol_max, s->ops->tol_max);
+                s->tol_norm = fmax(s->tol_norm, s->ops->tol_norm);
+            }
         } else {
             s->tol_max = s->ops->tol_max;
             s->tol_norm = s->ops->tol_norm;
