@@ -142,5 +142,8 @@ if "$FP4" moe --help | grep -q "moe-fp4-sm90" && ! "$FP4" list | grep -qE "^cuda
         --quiet --max-time 0.2 --warmup-ms 0
     grep -qE "moe-cpu-ref +[0-9.]+ " "$TMP/out" || fail "moe-cpu-ref did not run: $(cat "$TMP/out")"
     checks=$((checks + 1))
+    # GPU backends alone: the rows at once, without GLM-5's 5.4 GB of weights made first
+    expect 0 "moe-cublaslt-fp8 +unsupported: no NVIDIA GPU" -- timeout 20 "$FP4" moe --model glm5 --tokens 4 \
+        --step layer --mode w4a16 --backend moe-cublaslt-fp8,moe-fp4-sm90 --quiet
 fi
 finish
