@@ -586,7 +586,17 @@ static void test_moe_workloads(void)
         for (int64_t m = 1; m <= 16; m *= 4) {
             add_row(r, labels[l], m, 12288, 6144, "moe-fp4-sm90", FP4_ROW_OK, NULL, 40.0 + 10.0 * l + (double)m,
                     0.0);
-            snprintf(r->rows[r->nrows - 1].moe.step, sizeof r->rows[r->nrows - 1].moe.step, "gate_up");
+            fp4_row_moe *x = &r->rows[r->nrows - 1].moe;
+            snprintf(x->step, sizeof x->step, "gate_up");
+            x->present = 1;
+            x->tokens = m;
+            x->experts = 256;
+            x->active_experts = 7;
+            x->tokens_min = 0;
+            x->tokens_median = 2.5;
+            x->tokens_max = 9;
+            x->tokens_per_s = 1234.0;
+            x->pct_bandwidth = 61.5;
         }
     char *h = html_of(&run, 1, "moe.html");
     CHECK(h != NULL);
@@ -595,6 +605,14 @@ static void test_moe_workloads(void)
         CHECK(count(h, "data-series=\"moe-fp4-sm90 glm5 gate_up w4a4 random\" points=") == 1);
         CHECK(count(h, "data-series=\"moe-fp4-sm90 glm5 gate_up w4a16 random\" points=") == 1);
         CHECK(count(h, "data-series=\"moe-fp4-sm90\"") == 0);
+        /* the table reads as MoE: no M, N, K or TFLOP/s; T, experts, tokens an expert, tokens/s, % read BW */
+        CHECK(count(h, "<th>label</th><th>T</th><th>experts with tokens</th>") == 1);
+        CHECK(count(h, "<th>tokens/s</th><th>GB/s</th><th>% read BW</th>") == 1);
+        CHECK(strstr(h, "<th>M</th>") == NULL && strstr(h, "<th>TFLOP/s</th>") == NULL);
+        CHECK(count(h, "<td class=\"num\">7 of 256</td>") == 6);
+        CHECK(count(h, "<td class=\"num\">0 / 2.5 / 9</td>") == 6);
+        CHECK(count(h, "<td class=\"num\">1234</td>") == 6);  /* tokens/s */
+        CHECK(count(h, "<td class=\"num\">61.5%</td>") == 6); /* % read BW */
     }
     free(h);
     fp4_report_run_free(&run);

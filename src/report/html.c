@@ -1587,19 +1587,43 @@ static void put_number_cell(FILE *f, const char *s)
     fputs("</td>", f);
 }
 
-/* A row's case: its label, M, N, K and backend cells. */
-static void put_case_cells(FILE *f, const fp4_row *w)
+/* A file of fp4bench moe rows: its table reads as MoE (tokens, experts,
+ * tokens an expert, tokens/s, % of the read bandwidth). */
+static int run_is_moe(const fp4_report *rep)
 {
-    char b[32];
+    for (int i = 0; i < rep->nrows; i++)
+        if (rep->rows[i].moe.present) return 1;
+    return 0;
+}
+
+/* A row's case: its label, then M, N and K (a GEMM), or T, the experts with
+ * tokens of E and the tokens an expert min/median/max (an MoE row), then its
+ * backend. */
+static void put_case_cells(FILE *f, const fp4_row *w, int moe)
+{
+    char b[64];
     fputs("<td>", f);
     put_text(f, w->label);
     fputs("</td>", f);
-    snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
-    put_number_cell(f, b);
-    snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
-    put_number_cell(f, b);
-    snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
-    put_number_cell(f, b);
+    if (moe) {
+        const fp4_row_moe *x = &w->moe;
+        snprintf(b, sizeof b, "%lld", (long long)(x->present ? x->tokens : w->shape.m));
+        put_number_cell(f, b);
+        if (x->present) snprintf(b, sizeof b, "%d of %d", x->active_experts, x->experts);
+        else snprintf(b, sizeof b, "-");
+        put_number_cell(f, b);
+        if (x->present) snprintf(b, sizeof b, "%d / %g / %d", x->tokens_min, x->tokens_median, x->tokens_max);
+        else snprintf(b, sizeof b, "-");
+        fp4_fmt_point(b);
+        put_number_cell(f, b);
+    } else {
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.m);
+        put_number_cell(f, b);
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.n);
+        put_number_cell(f, b);
+        snprintf(b, sizeof b, "%lld", (long long)w->shape.k);
+        put_number_cell(f, b);
+    }
     fputs("<td>", f);
     put_text(f, w->backend);
     fputs("</td>", f);
@@ -1633,16 +1657,22 @@ static void write_table(FILE *f, const report_model *model, int run)
 {
     const fp4_report *rep = &model->runs[run].report;
     const char *bl = rep->set.baseline;
-    const int split = run_split(model, run);
+    const int split = run_split(model, run), moe = run_is_moe(rep);
     char b[FP4_ERR_MSG_LEN + 64];
     fputs("<h3>", f);
     put_text(f, model->run_label[run]);
     fputs("</h3>\n<table class=\"results\" data-run=\"", f);
     put_text(f, model->run_label[run]);
-    fputs("\">\n<tr><th>label</th><th>M</th><th>N</th><th>K</th><th>backend</th>", f);
+    fputs(moe ? "\">\n<tr><th>label</th><th>T</th><th>experts with tokens</th>"
+                "<th>tokens an expert (min / median / max)</th><th>backend</th>"
+              : "\">\n<tr><th>label</th><th>M</th><th>N</th><th>K</th><th>backend</th>",
+          f);
     if (split) fputs("<th>GPU</th>", f);
-    fputs("<th>kernel</th><th>state</th><th>median us</th><th>noise</th><th>TFLOP/s</th>"
-          "<th>GB/s</th><th>% roofline</th><th>vs ", f);
+    fputs(moe ? "<th>kernel</th><th>state</th><th>median us</th><th>noise</th><th>tokens/s</th>"
+                "<th>GB/s</th><th>% read BW</th><th>vs "
+              : "<th>kernel</th><th>state</th><th>median us</th><th>noise</th><th>TFLOP/s</th>"
+                "<th>GB/s</th><th>% roofline</th><th>vs ",
+          f);
     put_text(f, bl[0] ? bl : "baseline");
     fputs(" [95% CI]</th><th>verified</th></tr>\n", f);
     for (int i = 0; i < rep->nrows; i++) {
@@ -1658,7 +1688,7 @@ static void write_table(FILE *f, const report_model *model, int run)
             if (model->gpus[run].analysis.marks[i].slow) fputs(" data-slow=\"1\"", f);
         }
         fputs(">", f);
-        put_case_cells(f, w);
+        put_case_cells(f, w, moe);
         if (split) put_gpu_cell(f, model, run, i);
         fputs("<td>", f);
         put_text(f, w->variant);
@@ -1677,11 +1707,18 @@ static void write_table(FILE *f, const report_model *model, int run)
         else snprintf(b, sizeof b, "%.*f%%", w->t.noise < 0.1 ? 2 : 1, 100.0 * w->t.noise);
         fp4_fmt_point(b);
         put_number_cell(f, b);
-        fp4_fmt_rate(b, sizeof b, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN);
+        if (moe) /* an MoE row's rate is its tokens/s, its ceiling the read bandwidth */
+            fp4_fmt_rate(b, sizeof b, w->t.count > 0 && w->moe.present ? w->moe.tokens_per_s : NAN);
+        else
+            fp4_fmt_rate(b, sizeof b, w->t.count > 0 && w->flops > 0 ? w->tflops : NAN);
         put_number_cell(f, b);
         fp4_fmt_rate(b, sizeof b, w->t.count > 0 ? w->gbps : NAN);
         put_number_cell(f, b);
-        fp4_fmt_rate(b, sizeof b, w->t.count > 0 ? w->pct_roofline : NAN);
+        if (moe)
+            fp4_fmt_rate(b, sizeof b,
+                         w->t.count > 0 && w->moe.present && w->moe.pct_bandwidth >= 0 ? w->moe.pct_bandwidth : NAN);
+        else
+            fp4_fmt_rate(b, sizeof b, w->t.count > 0 ? w->pct_roofline : NAN);
         if (strcmp(b, "-") != 0) append(b, sizeof b, "%%");
         put_number_cell(f, b);
         if (w->has_ratio) fmt_ratio(b, sizeof b, w->ratio, w->ratio_lo, w->ratio_hi);
@@ -1774,7 +1811,7 @@ static fp4_status write_spread_table(FILE *f, const report_model *model, int run
         const fp4_gpu_group *gr = &a->groups[gi];
         const fp4_row *w = &rep->rows[gr->first_row];
         fputs("<tr>", f);
-        put_case_cells(f, w);
+        put_case_cells(f, w, 0); /* run --gpus: GEMM rows */
         fp4_fmt_us(b, sizeof b, gr->median_us);
         put_number_cell(f, b);
         if (isfinite(gr->spread)) snprintf(b, sizeof b, "%.1f%%", 100.0 * gr->spread);
@@ -1950,6 +1987,12 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
           "median, relative to it; % roofline: the roofline floor over the median; the ratio: the "
           "baseline's median over this one (above 1: faster) with its 95% CI; verified: "
           "||D-R||/||R|| against the exact reference.", f);
+    int any_moe = 0;
+    for (int r = 0; r < model->nruns; r++) any_moe |= run_is_moe(&model->runs[r].report);
+    if (any_moe)
+        fputs(" A file of MoE rows: T tokens, the experts with tokens of E, the tokens an expert "
+              "(min / median / max), tokens/s, and % read BW: the bytes a call reads over the read "
+              "bandwidth measured in that run.", f);
     if (model->any_split)
         fputs(" GPU: the device the row ran on, S when the slow rule calls it slow (see the "
               "per-GPU spread).", f);
