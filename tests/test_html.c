@@ -613,6 +613,8 @@ static void test_moe_workloads(void)
         CHECK(count(h, "<td class=\"num\">0 / 2.5 / 9</td>") == 6);
         CHECK(count(h, "<td class=\"num\">1234</td>") == 6);  /* tokens/s */
         CHECK(count(h, "<td class=\"num\">61.5%</td>") == 6); /* % read BW */
+        CHECK(count(h, "Latency vs T, N=12288 K=6144") >= 1 && strstr(h, "Latency vs M") == NULL);
+        CHECK(count(h, "<h2>Latency vs T</h2>") == 1);
     }
     free(h);
     fp4_report_run_free(&run);

@@ -412,6 +412,18 @@ static int series_of(report_model *model, const char *backend, const char *workl
 }
 
 /* Timed and ok: the rows the plots draw. */
+/* A file of fp4bench moe rows: its table reads as MoE (tokens, experts,
+ * tokens an expert, tokens/s, % of the read bandwidth). */
+static int run_is_moe(const fp4_report *rep)
+{
+    for (int i = 0; i < rep->nrows; i++)
+        if (rep->rows[i].moe.present) return 1;
+    return 0;
+}
+
+/* A row's case: its label, then M, N and K (a GEMM), or T, the experts with
+ * tokens of E and the tokens an expert min/median/max (an MoE row), then its
+ * backend. */
 static int timed_ok(const fp4_row *w)
 {
     return w->state == FP4_ROW_OK && w->t.count > 0 && isfinite(w->t.median) && w->t.median > 0.0;
@@ -839,13 +851,18 @@ static fp4_status plot_latency(FILE *f, const report_model *model, int pi, int s
     height = (int)(fr.bottom + 52.0);
     if (height < (int)(fr.top + 18.0 * nleg + 20.0)) height = (int)(fr.top + 18.0 * nleg + 20.0);
 
-    snprintf(title, sizeof title, "Latency vs M, N=%lld K=%lld", (long long)p->n, (long long)p->k);
+    /* a panel of MoE rows alone: their M is T, the tokens routed */
+    int all_moe = 1;
+    for (int i = 0; i < p->count && all_moe; i++)
+        all_moe = row_of(model, model->lat[p->start + i].run, model->lat[p->start + i].row)->moe.present;
+    snprintf(title, sizeof title, "Latency vs %s, N=%lld K=%lld", all_moe ? "T" : "M", (long long)p->n,
+             (long long)p->k);
     snprintf(attrs, sizeof attrs, "data-n=\"%lld\" data-k=\"%lld\"", (long long)p->n,
              (long long)p->k);
     fp4_svg_begin(f, width, height, standalone, "latency", title, attrs);
     fp4_svg_scale_fit(&xs, 1, 0, mmin, mmax, fr.left, fr.right);
     fp4_svg_scale_fit(&ys, 1, 0, tmin, tmax, fr.bottom, fr.top);
-    fp4_svg_axes(f, &fr, &xs, &ys, "M (log)", "median us per call (log)");
+    fp4_svg_axes(f, &fr, &xs, &ys, all_moe ? "T, tokens (log)" : "M (log)", "median us per call (log)");
     if (labels[0]) append(title, sizeof title, " (%s)", labels);
     fp4_svg_heading(f, &fr, title);
 
@@ -1587,18 +1604,6 @@ static void put_number_cell(FILE *f, const char *s)
     fputs("</td>", f);
 }
 
-/* A file of fp4bench moe rows: its table reads as MoE (tokens, experts,
- * tokens an expert, tokens/s, % of the read bandwidth). */
-static int run_is_moe(const fp4_report *rep)
-{
-    for (int i = 0; i < rep->nrows; i++)
-        if (rep->rows[i].moe.present) return 1;
-    return 0;
-}
-
-/* A row's case: its label, then M, N and K (a GEMM), or T, the experts with
- * tokens of E and the tokens an expert min/median/max (an MoE row), then its
- * backend. */
 static void put_case_cells(FILE *f, const fp4_row *w, int moe)
 {
     char b[64];
@@ -1928,13 +1933,15 @@ static fp4_status write_page(FILE *f, const report_model *model, fp4_err *err)
     st = write_runs(f, model, err);
     if (st != FP4_OK) goto out;
 
+    int all_moe = model->nruns > 0; /* files of fp4bench moe alone: M is T, the tokens */
+    for (int r = 0; r < model->nruns; r++) all_moe &= run_is_moe(&model->runs[r].report);
     snprintf(how, sizeof how,
-             "Median time per GEMM call against M, one panel per (N, K), both axes log; one "
+             "Median time per %s against %s, one panel per (N, K), both axes log; one "
              "line per backend%s. Hover a point for its row.%s",
-             series_how(model),
+             all_moe ? "MoE call" : "GEMM call", all_moe ? "T, the tokens routed" : "M", series_how(model),
              model->panels_dropped ? " Only the first panels are drawn; the tables have every row."
                                    : "");
-    st = write_section(f, model, "latency", "Latency vs M", how, lat, model->npanels,
+    st = write_section(f, model, "latency", all_moe ? "Latency vs T" : "Latency vs M", how, lat, model->npanels,
                        "No timed ok rows: nothing to plot.", err);
     if (st != FP4_OK) goto out;
 
