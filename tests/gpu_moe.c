@@ -99,20 +99,24 @@ static const fp4_moe_backend_ops fake_oom = {
     .release = oom_release,
 };
 
-/* fp4_moe_gpu_act's E4M3 output (gathered rows, a -1 row of zeros) against
- * fp4_e4m3_encode of value x scale, and its AMAX output (silu of gate and up)
- * against the host's activation, on random bf16 rows. */
+/* fp4_moe_gpu_act's E4M3 output against fp4_e4m3_encode of value x scale:
+ * a plain conversion of gathered rows (a -1 row of zeros), exact, and the
+ * activation's (silu of gate and up), within one code of the host's (a
+ * float expf against the host's); its AMAX output (the silu's largest,
+ * planted in a late block of four) against the host's. Random bf16 rows. */
 static void check_act_e4m3_amax(void)
 {
-    enum { ROWS = 5, COLS = 48, SRC_ROWS = 3 };
+    enum { ROWS = 5, COLS = 48, SRC_ROWS = 300 }; /* AMAX: 900 blocks of 16, 4 CUDA blocks */
     static const int32_t map[ROWS] = {2, 0, -1, 1, 2};
-    uint16_t src[SRC_ROWS * 2 * COLS];
-    uint8_t got[ROWS * COLS];
+    static uint16_t src[SRC_ROWS * 2 * COLS];
+    static uint8_t got[SRC_ROWS * COLS];
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < SRC_ROWS * 2 * COLS; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         src[i] = fp4_bf16_from_float(((float)(seed >> 40) / (float)(1u << 24) - 0.5f) * 9.0f);
     }
+    src[290 * 2 * COLS + 17] = fp4_bf16_from_float(11.0f);            /* gate of row 290 */
+    src[290 * 2 * COLS + COLS + 17] = fp4_bf16_from_float(-10.0f);    /* its up: silu 11 x -10 */
     uint16_t *d_src = NULL;
     int32_t *d_map = NULL;
     uint8_t *d_out = NULL;
@@ -122,20 +126,38 @@ static void check_act_e4m3_amax(void)
           cudaMalloc((void **)&d_out, sizeof got) == cudaSuccess && cudaMalloc((void **)&d_amax, sizeof amax_bits) == cudaSuccess);
     CHECK(cudaMemcpy(d_src, src, sizeof src, cudaMemcpyHostToDevice) == cudaSuccess &&
           cudaMemcpy(d_map, map, sizeof map, cudaMemcpyHostToDevice) == cudaSuccess &&
-          cudaMemset(d_out, 0x7F, sizeof got) == cudaSuccess && cudaMemset(d_amax, 0, sizeof amax_bits) == cudaSuccess);
-    const float enc = 120.0f; /* |x| up to 4.5: the largest saturate at 448 */
+          cudaMemset(d_amax, 0, sizeof amax_bits) == cudaSuccess);
+    for (int act = -1; act <= FP4_MOE_ACT_SILU; act++) {
+        const float enc = act < 0 ? 120.0f : 4.0f; /* plain: the largest (4.5 x 120) saturate at 448 */
+        fp4_moe_act_args a;
+        memset(&a, 0, sizeof a);
+        a.src = d_src;
+        a.src_cols = act < 0 ? COLS : 2 * COLS; /* a plain conversion reads src as [2 SRC_ROWS, COLS] */
+        a.map = act < 0 ? d_map : NULL;
+        a.act = act;
+        a.rows = act < 0 ? ROWS : SRC_ROWS;
+        a.cols = COLS;
+        a.out = FP4_MOE_QOUT_E4M3;
+        a.e4m3_enc = enc;
+        a.out_e4m3 = d_out;
+        CHECK(cudaMemset(d_out, 0x7F, sizeof got) == cudaSuccess);
+        CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_OK, "e4m3: %s", fp4_err_text(&err));
+        CHECK(cudaMemcpy(got, d_out, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int bad = 0;
+        for (int r = 0; r < a.rows; r++)
+            for (int c = 0; c < COLS; c++) {
+                float x;
+                if (act < 0)
+                    x = map[r] < 0 ? 0.0f : fp4_bf16_to_float(src[map[r] * COLS + c]);
+                else
+                    x = fp4_moe_activation(FP4_MOE_ACT_SILU, fp4_bf16_to_float(src[r * 2 * COLS + c]),
+                                           fp4_bf16_to_float(src[r * 2 * COLS + COLS + c]));
+                const int want = fp4_e4m3_encode(x * enc), have = got[r * COLS + c];
+                bad += act < 0 ? have != want : abs(have - want) > 1 || ((have ^ want) & 0x80);
+            }
+        CHECK_MSG(bad == 0, "e4m3 output (act %d): %d of %d bytes off fp4_e4m3_encode", act, bad, (int)a.rows * COLS);
+    }
     fp4_moe_act_args a;
-    memset(&a, 0, sizeof a);
-    a.src = d_src;
-    a.src_cols = COLS; /* src as [2 SRC_ROWS, COLS] */
-    a.map = d_map;
-    a.act = -1;
-    a.rows = ROWS;
-    a.cols = COLS;
-    a.out = FP4_MOE_QOUT_E4M3;
-    a.e4m3_enc = enc;
-    a.out_e4m3 = d_out;
-    CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_OK, "e4m3: %s", fp4_err_text(&err));
     memset(&a, 0, sizeof a);
     a.src = d_src;
     a.src_cols = 2 * COLS;
@@ -147,22 +169,15 @@ static void check_act_e4m3_amax(void)
     CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_OK, "amax: %s", fp4_err_text(&err));
     a.amax = NULL;
     CHECK_MSG(fp4_moe_gpu_act(&a, 0, &err) == FP4_ERR_INVALID_ARG, "amax without its output accepted");
-    CHECK(cudaMemcpy(got, d_out, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess &&
-          cudaMemcpy(&amax_bits, d_amax, sizeof amax_bits, cudaMemcpyDeviceToHost) == cudaSuccess);
-    int bad = 0;
-    for (int r = 0; r < ROWS; r++)
-        for (int c = 0; c < COLS; c++) {
-            const float x = map[r] < 0 ? 0.0f : fp4_bf16_to_float(src[map[r] * COLS + c]);
-            bad += got[r * COLS + c] != fp4_e4m3_encode(x * enc);
-        }
-    CHECK_MSG(bad == 0, "e4m3 output: %d of %d bytes differ from fp4_e4m3_encode", bad, ROWS * COLS);
+    CHECK(cudaMemcpy(&amax_bits, d_amax, sizeof amax_bits, cudaMemcpyDeviceToHost) == cudaSuccess);
     float want = 0.0f, amax;
     for (int r = 0; r < SRC_ROWS; r++)
         for (int c = 0; c < COLS; c++)
             want = fmaxf(want, fabsf(fp4_moe_activation(FP4_MOE_ACT_SILU, fp4_bf16_to_float(src[r * 2 * COLS + c]),
                                                         fp4_bf16_to_float(src[r * 2 * COLS + COLS + c]))));
     memcpy(&amax, &amax_bits, sizeof amax);
-    CHECK_MSG(want > 0.0f && fabsf(amax - want) <= 1e-5f * want, "amax %.9g, the host's %.9g", amax, want);
+    CHECK_MSG(want > 100.0f && fabsf(amax - want) <= 1e-5f * want, "amax %.9g, the host's %.9g (planted: 110)", amax,
+              want);
     CHECK(cudaFree(d_src) == cudaSuccess && cudaFree(d_map) == cudaSuccess && cudaFree(d_out) == cudaSuccess &&
           cudaFree(d_amax) == cudaSuccess);
 }
@@ -277,6 +292,7 @@ int main(int argc, char **argv)
     const fp4_moe_backend_ops *timed[17];
     timed[0] = &fake_oom; /* prepared first: the real backends come after its failure */
     for (int i = 0; i < nb; i++) timed[i + 1] = b[i];
+    int fp8_layer_rows = 0;
     /* every step in W4A4, then the layer in W4A16 (moe-cublaslt-fp8's layer) */
     for (int s = 0; s <= FP4_MOE_STEP_COUNT; s++) {
         fp4_moe_case c;
@@ -303,8 +319,10 @@ int main(int argc, char **argv)
                    fp4_row_state_name(r->state), r->t.median, r->copies, r->l2,
                    r->state == FP4_ROW_OK ? r->variant : r->reason);
             CHECK_MSG(r->state != FP4_ROW_FAILED, "timed %s %s: %s", r->moe.step, r->backend, r->reason);
-            if (strcmp(r->backend, "moe-cublaslt-fp8") == 0 && c.mode == FP4_MOE_W4A16)
+            if (strcmp(r->backend, "moe-cublaslt-fp8") == 0 && c.mode == FP4_MOE_W4A16) {
                 CHECK_MSG(r->state == FP4_ROW_OK, "timed fp8 layer: %s", r->reason);
+                fp8_layer_rows++;
+            }
             if (r->state != FP4_ROW_OK) continue;
             CHECK(r->t.count > 0 && r->t.median > 0 && strncmp(r->timing, "graph", 5) == 0);
             CHECK_MSG(r->verified_copies == r->copies, "%s: %d of %d copies verified after timing", r->backend,
@@ -317,6 +335,7 @@ int main(int argc, char **argv)
             }
         }
     }
+    CHECK_MSG(fp8_layer_rows == 1, "%d timed moe-cublaslt-fp8 W4A16 layer rows", fp8_layer_rows);
     fp4_warnings w;
     fp4_warnings_clear(&w);
     fp4_moe_engine_destroy(m, &w);

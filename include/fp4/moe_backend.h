@@ -170,7 +170,9 @@ typedef struct fp4_moe_backend_ops {
     /* Optional, FP4_BACKEND_LOSSY backends: the exact value (double) of output
      * element [row, col] of copy 0 computed from the operands as the backend
      * rounded them (e.g. to e4m3); the engine checks sampled elements against
-     * it at own_tol (relative to the largest), as for GEMM backends. */
+     * it at own_tol (relative to the largest), as for GEMM backends. A layer's
+     * may start from an intermediate result the device made (the fp8 layer's:
+     * its e4m3 h, so that down and the combine are checked exactly). */
     double (*own_reference)(void *plan, int64_t row, int64_t col);
     double own_tol;
 } fp4_moe_backend_ops;

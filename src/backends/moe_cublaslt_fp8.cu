@@ -436,6 +436,9 @@ static fp4_status layer_prepare(fp8_plan *pl, fp4_err *err)
     for (int i = 0; i < pl->copies; i++)
         if ((st = layer_step(pl, L_GATE_UP, i, 0, err)) != FP4_OK) return st;
     if ((st = calibrate_h(pl, &amax, err)) != FP4_OK) return st;
+    if (!isfinite(amax))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "moe-cublaslt-fp8: the activation's largest magnitude is %g: "
+                        "no e4m3 scale fits it", (double)amax);
     pl->enc_h = amax > 0.0f ? FP4_E4M3_MAX / amax : 1.0f;
     pl->g[1].dec_a = amax > 0.0f ? amax / FP4_E4M3_MAX : 1.0f;
     for (int i = 0; i < pl->copies; i++)

@@ -372,10 +372,11 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
             for (int j = 0; j < 16; j++) o[j] = to_bf16(x[j]);
             continue;
         }
-        if (a.out == FP4_MOE_QOUT_E4M3) {
-            uint8_t *o = a.out_e4m3 + r * a.cols + b * 16;
+        if (a.out == FP4_MOE_QOUT_E4M3) { /* one 16-byte store: cols % 16 == 0 keeps it aligned */
+            uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int j = 0; j < 16; j++) o[j] = e4m3_rn(__fmul_rn(x[j], a.e4m3_enc));
+            for (int j = 0; j < 16; j++) w[j / 4] |= (uint32_t)e4m3_rn(__fmul_rn(x[j], a.e4m3_enc)) << (8 * (j % 4));
+            *(uint4 *)(a.out_e4m3 + r * a.cols + b * 16) = make_uint4(w[0], w[1], w[2], w[3]);
             continue;
         }
         float bm = 0.0f;
@@ -430,7 +431,7 @@ extern "C" fp4_status fp4_moe_gpu_act(const fp4_moe_act_args *a, cudaStream_t s,
     if (q < FP4_MOE_QOUT_BF16 || q > FP4_MOE_QOUT_AMAX)
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: output kind %d", (int)q);
     if (bf16_out ? !a->out_bf16
-                 : e4m3_out ? !a->out_e4m3
+                 : e4m3_out ? !a->out_e4m3 || ((uintptr_t)a->out_e4m3 & 15)
                             : q == FP4_MOE_QOUT_AMAX ? !a->amax : (!a->codes || !a->scales || ((uintptr_t)a->codes & 7)))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: no (or misaligned) output");
     if (nvfp4 && !(a->encode_scale > 0.0f))

@@ -104,7 +104,7 @@ typedef struct fp4_moe_act_args {
     uint16_t *out_bf16;      /* BF16, DEQUANT_BF16: [rows, cols] */
     uint8_t *codes, *scales; /* NVFP4: [rows, cols/2] and plain [rows, cols/16] or swizzled */
     float e4m3_enc;          /* E4M3: the per-tensor scale (> 0) */
-    uint8_t *out_e4m3;       /* E4M3: [rows, cols] */
+    uint8_t *out_e4m3;       /* E4M3: [rows, cols], 16-byte aligned */
     unsigned *amax;          /* AMAX */
 } fp4_moe_act_args;
 fp4_status fp4_moe_gpu_act(const fp4_moe_act_args *a, cudaStream_t s, fp4_err *err);

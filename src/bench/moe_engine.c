@@ -893,15 +893,16 @@ fp4_status fp4_moe_engine_run_case(fp4_moe_engine *m, const fp4_moe_case *c,
             FP4_OK ||
         (st = fp4_moe_plan_build(&cc.routing, &cc.plan, err)) != FP4_OK)
         goto out;
-    /* When no backend can open (GPU backends on a machine without a GPU),
-     * the weights, input and reference, minutes of work at a model's size,
-     * are skipped: the rows say why at once. */
-    int runnable = 0;
-    for (int i = 0; i < nb && !runnable; i++) {
+    /* The weights and the input take seconds to minutes at a model's size,
+     * the reference more: none is made for a case that no backend can open
+     * (GPU backends on a machine without a GPU), and no reference for one
+     * that every backend refuses; the rows say why at once. */
+    int usable = 0;
+    for (int i = 0; i < nb && !usable; i++) {
         void *inst = NULL;
-        runnable = instance_of(m, backends[i], &inst, NULL) == FP4_OK;
+        usable = instance_of(m, backends[i], &inst, NULL) == FP4_OK;
     }
-    if (runnable && (st = get_weights(m, &c->dims, err)) != FP4_OK) goto out;
+    if (usable && (st = get_weights(m, &c->dims, err)) != FP4_OK) goto out;
     cc.p.dims = c->dims;
     cc.p.step = c->step;
     cc.p.mode = c->mode;
@@ -911,16 +912,27 @@ fp4_status fp4_moe_engine_run_case(fp4_moe_engine *m, const fp4_moe_case *c,
     cc.p.weights = &m->w;
     cc.p.weights_id = m->weights_id;
     cc.p.tuning = m->set.baseline_tuning;
-    if (!runnable) goto backends;
-    if ((st = make_input(&cc, err)) != FP4_OK) goto out;
+    /* the input's and the output's sizes (the rows' bytes count them), as make_input sets them */
+    cc.p.a_rows = c->step == FP4_MOE_STEP_DOWN ? cc.plan.pairs : c->tokens;
+    cc.p.a_cols = c->step == FP4_MOE_STEP_DOWN ? c->dims.inter : c->dims.hidden;
     cc.out_count = (size_t)fp4_moe_output_rows(&cc.p) * (size_t)fp4_moe_output_cols(&cc.p);
+    if (!usable) goto backends;
+    if ((st = make_input(&cc, err)) != FP4_OK) goto out;
     cc.out = malloc(cc.out_count * sizeof *cc.out);
     if (!cc.out) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for a %zu-element output", cc.out_count);
         goto out;
     }
-    if ((st = choose_tokens(&cc, err)) != FP4_OK || (st = compute_reference(&cc, err)) != FP4_OK)
-        goto out;
+    if ((st = choose_tokens(&cc, err)) != FP4_OK) goto out;
+    usable = 0; /* the problem is whole but for the reference: ask supports() */
+    for (int i = 0; i < nb && !usable; i++) {
+        void *inst = NULL;
+        fp4_err probe;
+        usable = instance_of(m, backends[i], &inst, NULL) == FP4_OK &&
+                 (!backends[i]->supports || backends[i]->supports(inst, &cc.p, &probe) == FP4_OK);
+    }
+    if (!usable) goto backends;
+    if ((st = compute_reference(&cc, err)) != FP4_OK) goto out;
     cc.gathered = malloc((size_t)cc.chk.nrows * (size_t)cc.chk.cols * sizeof *cc.gathered);
     if (!cc.gathered) {
         st = fp4_fail(err, FP4_ERR_NOMEM, "no memory for the checked rows");
