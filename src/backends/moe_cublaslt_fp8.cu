@@ -693,7 +693,7 @@ static double fp8_own_reference(void *plan_, int64_t row, int64_t col)
 extern "C" const fp4_moe_backend_ops fp4_moe_backend_cublaslt_fp8 = {
     FP4_MOE_BACKEND_API_VERSION,                                                 /* api_version */
     "moe-cublaslt-fp8",                                                          /* name */
-    "cuBLASLt fp8 e4m3 GEMM per active expert in one graph, operands re-quantized (lossy)", /* summary */
+    "cuBLASLt fp8 e4m3 GEMM per active expert in one graph, operands re-quantized (lossy; the layer: W4A16)", /* summary */
     FP4_BACKEND_GPU | FP4_BACKEND_LOSSY, /* flags */
     FP4_MATH_FP8_TC,                     /* math */
     FP4_MOE_WEIGHTS_FP8,                 /* wformat */
