@@ -345,30 +345,7 @@ static __device__ __forceinline__ float e2m1_value(uint32_t code)
     return (code & 8) ? -v : v;
 }
 
-/* The 16 bf16 values at p (32-byte aligned) as floats: two 16-byte loads. */
-static __device__ __forceinline__ void load16_bf16(const uint16_t *p, float *x)
-{
-    const uint4 v0 = ((const uint4 *)p)[0], v1 = ((const uint4 *)p)[1];
-    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-    for (int j = 0; j < 8; j++) { /* element 2j is the word's low half */
-        x[2 * j] = __uint_as_float(w[j] << 16);
-        x[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
-    }
-}
-
-/* 16 floats as bf16 at p (32-byte aligned): two 16-byte stores. */
-static __device__ __forceinline__ void store16_bf16(uint16_t *p, const float *x)
-{
-    uint32_t w[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) w[j] = (uint32_t)to_bf16(x[2 * j]) | (uint32_t)to_bf16(x[2 * j + 1]) << 16;
-    ((uint4 *)p)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    ((uint4 *)p)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-/* One thread per output block of 16: its values in and out with 16-byte
- * loads and stores (2-byte ones cost 3-4x the time at GLM-5's sizes). */
+/* One thread per output block of 16. */
 __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
 {
     const int64_t kb = a.cols / 16, total = a.rows * kb;
@@ -383,16 +360,16 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
             for (int j = 0; j < 16; j++) x[j] = 0.0f;
         } else {
             const uint16_t *row = a.src + (int64_t)from * a.src_cols;
-            load16_bf16(row + b * 16, x);
-            if (a.act >= 0) {
-                float up[16];
-                load16_bf16(row + a.cols + b * 16, up);
 #pragma unroll
-                for (int j = 0; j < 16; j++) x[j] = act_of(a.act, x[j], up[j]);
+            for (int j = 0; j < 16; j++) {
+                const int64_t c = b * 16 + j;
+                x[j] = a.act < 0 ? bf16_at(row, c) : act_of(a.act, bf16_at(row, c), bf16_at(row, a.cols + c));
             }
         }
         if (a.out == FP4_MOE_QOUT_BF16) {
-            store16_bf16(a.out_bf16 + r * a.cols + b * 16, x);
+            uint16_t *o = a.out_bf16 + r * a.cols + b * 16;
+#pragma unroll
+            for (int j = 0; j < 16; j++) o[j] = to_bf16(x[j]);
             continue;
         }
         if (a.out == FP4_MOE_QOUT_E4M3) { /* one 16-byte store: cols % 16 == 0 keeps it aligned */
@@ -422,10 +399,9 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
             for (int j = 0; j < 16; j++) code[j] = e2m1_code(__fmul_rn(x[j], inv));
         }
         if (a.out == FP4_MOE_QOUT_DEQUANT_BF16) {
-            float v[16];
+            uint16_t *o = a.out_bf16 + r * a.cols + b * 16;
 #pragma unroll
-            for (int j = 0; j < 16; j++) v[j] = e2m1_value(code[j]) * sf; /* exact in bf16 */
-            store16_bf16(a.out_bf16 + r * a.cols + b * 16, v);
+            for (int j = 0; j < 16; j++) o[j] = to_bf16(e2m1_value(code[j]) * sf); /* exact */
             continue;
         }
         uint2 packed;
@@ -446,9 +422,8 @@ __global__ void moe_act_kernel(fp4_moe_act_args a, int64_t kbp)
 
 extern "C" fp4_status fp4_moe_gpu_act(const fp4_moe_act_args *a, cudaStream_t s, fp4_err *err)
 {
-    if (!a || !a->src || a->cols % 16 || a->cols < 16 || a->src_cols != (a->act < 0 ? a->cols : 2 * a->cols) ||
-        ((uintptr_t)a->src & 31) || ((uintptr_t)a->out_bf16 & 31))
-        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: bad arguments (src and a bf16 output 32-byte aligned)");
+    if (!a || !a->src || a->cols % 16 || a->cols < 16 || a->src_cols != (a->act < 0 ? a->cols : 2 * a->cols))
+        return fp4_fail(err, FP4_ERR_INVALID_ARG, "MoE activation: bad arguments");
     const fp4_moe_qout q = a->out;
     const int bf16_out = q == FP4_MOE_QOUT_BF16 || q == FP4_MOE_QOUT_DEQUANT_BF16;
     const int e4m3_out = q == FP4_MOE_QOUT_E4M3;

@@ -94,14 +94,14 @@ typedef enum fp4_moe_qout {
  * order) becomes the max of itself and every |value|, e.g. to calibrate a
  * static e4m3 scale; its reduction is atomic, not for timed calls. */
 typedef struct fp4_moe_act_args {
-    const uint16_t *src; /* bf16 [*, src_cols], 32-byte aligned */
+    const uint16_t *src; /* bf16 [*, src_cols] */
     int64_t src_cols;
     const int32_t *map;
     int act;
     int64_t rows, cols; /* cols a multiple of 16 */
     fp4_moe_qout out;
     float encode_scale;
-    uint16_t *out_bf16;      /* BF16, DEQUANT_BF16: [rows, cols], 32-byte aligned */
+    uint16_t *out_bf16;      /* BF16, DEQUANT_BF16: [rows, cols] */
     uint8_t *codes, *scales; /* NVFP4: [rows, cols/2] and plain [rows, cols/16] or swizzled */
     float e4m3_enc;          /* E4M3: the per-tensor scale (> 0) */
     uint8_t *out_e4m3;       /* E4M3: [rows, cols], 16-byte aligned */
