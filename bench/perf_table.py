@@ -354,6 +354,9 @@ def moe_case(q):
         what += ", balanced"  # its seed changes nothing
     elif not routing.startswith("random"):
         what += f", {routing}"
+    shared = re.search(r"shared=(\d+)", routing)
+    if shared and not what.endswith(routing):
+        what += f", {shared.group(1)} shared"
     return what
 
 

@@ -88,6 +88,22 @@ expect 3 "big.npy: \[1, 0\]: 4294967297 does not fit int32" -- "$FP4" moe $D --t
 expect 2 "--tokens 7: the trace .* has 6 tokens" -- "$FP4" moe $D --trace "$TMP/t32.npy" --tokens 7
 expect 2 "--trace goes with --routing trace" -- "$FP4" moe $D --trace "$TMP/t32.npy" --routing random
 
+# shared experts: E and top-k grow by N, the shared ones take every token, the label says so;
+# a trace gives the routed slots alone
+expect 0 "E 9, top-3 \(1 of them shared" -- "$FP4" moe $D --shared 1 --tokens 5 --step gate_up,layer \
+    --mode w4a16 $Q --json "$TMP/sh.json"
+checks=$((checks + 2))
+grep -qE "random\(seed=1,shared=1\) +5 moe-cpu-ref .*/5 " "$TMP/out" ||
+    fail "--shared 1: no row whose busiest expert has the 5 tokens: $(cat "$TMP/out")"
+python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+sys.exit(not (len(rows) == 2 and all(r["moe"]["experts"] == 9 and r["moe"]["top_k"] == 3 and
+    r["moe"]["tokens_per_expert"]["max"] == 5 and r["moe"]["routing"] == "random(seed=1,shared=1)" for r in rows)))' \
+    "$TMP/sh.json" || fail "--shared 1: the JSON rows' experts, top-k, tokens or routing"
+expect 0 "moe-cpu-ref" -- "$FP4" moe $D --shared 2 --trace "$TMP/t32.npy" $Q
+expect 2 "--shared 65: want 0..64" -- "$FP4" moe $D --shared 65
+expect 2 "--shared" -- "$FP4" moe $D --shared -1
+
 # every routing mode, every step and mode: 2 T x 3 steps x 2 modes = 12 rows
 for r in balanced random "skewed --zipf 1.2"; do
     expect 0 "moe-cpu-ref" -- "$FP4" moe $D --tokens 1,5 --routing $r --step gate_up,down --step layer \

@@ -128,7 +128,7 @@ static int host_problem_make(const moe_case *c, uint64_t seed, host_problem *h)
 {
     fp4_err err;
     memset(h, 0, sizeof *h);
-    fp4_moe_route_opts ro = {c->route, seed, 1.2, NULL, NULL};
+    fp4_moe_route_opts ro = {c->route, seed, 1.2, NULL, NULL, 0};
     int32_t *trace = NULL;
     if (c->all_to_one) {
         trace = malloc((size_t)c->tokens * (size_t)c->top_k * sizeof *trace);
@@ -587,7 +587,7 @@ static void time_case(const timing_case *tc, void *packed, const float *globals)
     double bytes = 0;
     for (int i = 0; i < nroute; i++) {
         int32_t ids[32 * TIME_TOPK];
-        fp4_moe_route_opts ro = {tc->route, 11 + (uint64_t)i, 1.0, NULL, NULL};
+        fp4_moe_route_opts ro = {tc->route, 11 + (uint64_t)i, 1.0, NULL, NULL, 0};
         if (nroute > 1) {
             for (int64_t p = 0; p < pairs; p++)
                 ids[p] = (int32_t)((i * pairs + p) * 7 % TIME_E); /* 7 is prime to 256: distinct */

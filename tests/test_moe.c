@@ -208,7 +208,7 @@ static void test_top1_weights(void)
     const fp4_moe_route_mode modes[3] = {FP4_MOE_ROUTE_BALANCED, FP4_MOE_ROUTE_RANDOM,
                                          FP4_MOE_ROUTE_SKEWED};
     for (int m = 0; m < 3; m++) {
-        fp4_moe_route_opts o = {modes[m], 5, 1.2, NULL, NULL};
+        fp4_moe_route_opts o = {modes[m], 5, 1.2, NULL, NULL, 0};
         fp4_moe_routing r;
         fp4_err err;
         const char *name = fp4_moe_route_mode_name(modes[m]);
@@ -238,7 +238,7 @@ static void test_balanced(void)
     fp4_err err;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int tokens = cases[c][0], k = cases[c][1], n = cases[c][2];
-        fp4_moe_route_opts o = {FP4_MOE_ROUTE_BALANCED, 11, 0.0, NULL, NULL};
+        fp4_moe_route_opts o = {FP4_MOE_ROUTE_BALANCED, 11, 0.0, NULL, NULL, 0};
         fp4_moe_routing r;
         if (fp4_moe_route(&o, tokens, n, k, &r, &err) != FP4_OK) {
             CHECK_MSG(0, "balanced %d/%d/%d: %s", tokens, k, n, err.msg);
@@ -269,7 +269,7 @@ static void test_random_and_skewed(void)
     fp4_err err;
     const fp4_moe_route_mode modes[2] = {FP4_MOE_ROUTE_RANDOM, FP4_MOE_ROUTE_SKEWED};
     for (int m = 0; m < 2; m++) {
-        fp4_moe_route_opts o = {modes[m], 42, 1.2, NULL, NULL};
+        fp4_moe_route_opts o = {modes[m], 42, 1.2, NULL, NULL, 0};
         fp4_moe_routing a, b, c, prefix;
         const char *name = fp4_moe_route_mode_name(modes[m]);
         if (fp4_moe_route(&o, 300, 64, 6, &a, &err) != FP4_OK ||
@@ -303,7 +303,7 @@ static void test_random_and_skewed(void)
     }
 
     /* skewed: the hottest expert far above balanced's ceil(T*k/E) = 32 */
-    fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, 3, 1.2, NULL, NULL};
+    fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, 3, 1.2, NULL, NULL, 0};
     fp4_moe_routing r;
     int32_t counts[64];
     if (fp4_moe_route(&o, 512, 64, 4, &r, &err) == FP4_OK) {
@@ -385,7 +385,7 @@ static void test_trace(void)
 
     /* given weights are taken as they are, and must be finite */
     float w[6] = {0.5f, 0.5f, 2.0f, -1.0f, 0.25f, 0.75f};
-    fp4_moe_route_opts o = {FP4_MOE_ROUTE_TRACE, 0, 0.0, good, w};
+    fp4_moe_route_opts o = {FP4_MOE_ROUTE_TRACE, 0, 0.0, good, w, 0};
     CHECK(fp4_moe_route(&o, 3, 4, 2, &r, &err) == FP4_OK && r.weights[3] == -1.0f);
     fp4_moe_routing_free(&r);
     w[4] = NAN;
@@ -447,7 +447,7 @@ static void test_plan(void)
     fp4_moe_routing_free(&r);
 
     /* E = 1, and a balanced routing with T*k not a multiple of E (15 over 4) */
-    fp4_moe_route_opts o = {FP4_MOE_ROUTE_BALANCED, 1, 0.0, NULL, NULL};
+    fp4_moe_route_opts o = {FP4_MOE_ROUTE_BALANCED, 1, 0.0, NULL, NULL, 0};
     CHECK(fp4_moe_route(&o, 9, 1, 1, &r, &err) == FP4_OK &&
           fp4_moe_plan_build(&r, &p, &err) == FP4_OK);
     CHECK(p.expert_offsets[1] == 9 && p.stats.min_tokens == 9);
@@ -595,7 +595,7 @@ static void grouped_case(int64_t tokens, int experts, int k, int64_t n, int64_t 
     uint16_t *x_tok = make_bf16(&g, tokens * kdim, 1.0), *x_pair = make_bf16(&g, pairs * kdim, 3.0);
     /* skewed routing over all experts but the last, which stays idle */
     const int used = experts > k ? experts - 1 : experts;
-    fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, seed, 1.0, NULL, NULL};
+    fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, seed, 1.0, NULL, NULL, 0};
     fp4_moe_routing skewed = {0};
     int ok =
         b && d && x_tok && x_pair && fp4_moe_route(&o, tokens, used, k, &skewed, &err) == FP4_OK;
@@ -852,7 +852,7 @@ static void layer_case(fp4_moe_mode mode, fp4_moe_act act, int64_t tokens, fp4_m
     float *d = malloc((size_t)pairs * (size_t)hid * sizeof *d);
     float *out = malloc((size_t)tokens * (size_t)hid * sizeof *out);
     uint16_t *h16 = malloc((size_t)pairs * (size_t)inter * sizeof *h16);
-    fp4_moe_route_opts ro = {route, seed, 1.0, NULL, NULL};
+    fp4_moe_route_opts ro = {route, seed, 1.0, NULL, NULL, 0};
     char what[96];
     snprintf(what, sizeof what, "layer %s %s T=%lld %s", fp4_moe_mode_name(mode),
              fp4_moe_act_name(act), (long long)tokens, fp4_moe_route_mode_name(route));
@@ -968,7 +968,7 @@ static void test_layer_errors(void)
     const fp4_moe_dims dims = {32, 16, 3, 2, FP4_MOE_ACT_SILU};
     fp4_moe_weights w = {0};
     fp4_moe_routing r = {0};
-    fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 1, 0.0, NULL, NULL};
+    fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 1, 0.0, NULL, NULL, 0};
     fp4_moe_layer_opts o = {FP4_MOE_W4A4, 0.0f, 0.0f, 1};
     float out[4 * 32];
     fp4_moe_layer_out io = {out, NULL, NULL, NULL, 0.0f, 0.0f};
@@ -1007,10 +1007,61 @@ out:
     free(x);
 }
 
+/* Shared experts: every mode's routed slots are those of the same routing
+ * without them (over the other experts), and each token's last slots hold
+ * the shared experts (the last ids) with weight 1; a trace gives the routed
+ * slots alone; as many shared experts as the top-k is refused; the label
+ * names them. */
+static void test_shared(void)
+{
+    static const fp4_moe_route_mode modes[] = {FP4_MOE_ROUTE_BALANCED, FP4_MOE_ROUTE_RANDOM,
+                                               FP4_MOE_ROUTE_SKEWED, FP4_MOE_ROUTE_TRACE};
+    static const int32_t trace[6 * 3] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 3, 5, 2, 4, 6, 7, 1, 0};
+    const int64_t T = 6;
+    const int E = 8, k = 3, S = 2;
+    fp4_err err;
+    for (int m = 0; m < 4; m++) {
+        fp4_moe_route_opts o = {modes[m], 9, 1.1, modes[m] == FP4_MOE_ROUTE_TRACE ? trace : NULL, NULL, 0};
+        fp4_moe_routing plain, with;
+        CHECK_MSG(fp4_moe_route(&o, T, E, k, &plain, &err) == FP4_OK, "mode %d: %s", m, err.msg);
+        o.shared = S;
+        CHECK_MSG(fp4_moe_route(&o, T, E + S, k + S, &with, &err) == FP4_OK, "mode %d shared: %s", m, err.msg);
+        if (plain.expert_ids && with.expert_ids) {
+            int bad = 0;
+            for (int64_t t = 0; t < T; t++) {
+                for (int j = 0; j < k; j++)
+                    bad += with.expert_ids[t * (k + S) + j] != plain.expert_ids[t * k + j] ||
+                           with.weights[t * (k + S) + j] != plain.weights[t * k + j];
+                for (int i = 0; i < S; i++)
+                    bad += with.expert_ids[t * (k + S) + k + i] != E + i || with.weights[t * (k + S) + k + i] != 1.0f;
+            }
+            CHECK_MSG(bad == 0, "mode %d: %d slots differ from the routing without shared experts", m, bad);
+            fp4_moe_plan plan;
+            if (fp4_moe_plan_build(&with, &plan, &err) == FP4_OK) {
+                CHECK(plan.expert_counts[E] == T && plan.expert_counts[E + 1] == T);
+                fp4_moe_plan_free(&plan);
+            } else {
+                CHECK_MSG(0, "plan: %s", err.msg);
+            }
+        }
+        char label[64];
+        fp4_moe_route_describe(&o, label, sizeof label);
+        CHECK_MSG(strstr(label, "shared=2") != NULL, "label '%s'", label);
+        fp4_moe_routing_free(&plain);
+        fp4_moe_routing_free(&with);
+        o.shared = k + S; /* every slot shared: nothing routed */
+        CHECK(fp4_moe_route(&o, T, E + S, k + S, &with, &err) == FP4_ERR_INVALID_ARG &&
+              strstr(err.msg, "shared") != NULL);
+        o.shared = -1;
+        CHECK(fp4_moe_route(&o, T, E + S, k + S, &with, &err) == FP4_ERR_INVALID_ARG);
+    }
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     (void)argv; /* no files: nothing goes to the scratch directory */
+    test_shared();
     test_presets();
     test_balanced();
     test_random_and_skewed();

@@ -481,7 +481,7 @@ static void test_labels_and_checks(void)
 static void test_oai_clamps_reached(void)
 {
     const fp4_moe_dims d = {256, 128, 4, 2, FP4_MOE_ACT_SWIGLU_OAI};
-    const fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 3, 0.0, NULL, NULL};
+    const fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 3, 0.0, NULL, NULL, 0};
     const int64_t T = 64, pairs = T * d.top_k, I = d.inter;
     fp4_moe_weights w;
     fp4_moe_routing r;

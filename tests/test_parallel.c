@@ -79,7 +79,7 @@ static int64_t bit_mismatches(const float *a, const float *b, int64_t n)
 static fp4_status trace_routing(const int32_t *ids, int64_t tokens, int experts, int k,
                                 fp4_moe_routing *r, fp4_err *err)
 {
-    fp4_moe_route_opts o = {FP4_MOE_ROUTE_TRACE, 5, 0.0, ids, NULL};
+    fp4_moe_route_opts o = {FP4_MOE_ROUTE_TRACE, 5, 0.0, ids, NULL, 0};
     return fp4_moe_route(&o, tokens, experts, k, r, err);
 }
 
@@ -442,7 +442,7 @@ static void test_ep_skewed(void)
      * popular ones) receive most pairs */
     for (int si = 0; si < 2; si++) {
         const double s = si ? 2.0 : 1.2;
-        fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, 77, s, NULL, NULL};
+        fp4_moe_route_opts o = {FP4_MOE_ROUTE_SKEWED, 77, s, NULL, NULL, 0};
         fp4_moe_routing r = {0};
         if (fp4_moe_route(&o, 203, 64, 4, &r, &err) != FP4_OK) {
             CHECK_MSG(0, "skewed routing: %s", err.msg);
@@ -603,7 +603,7 @@ static void sharded_case(const ref_case *c)
     fp4_moe_routing r = {0};
     layer_bufs ref = {0}, got = {0};
     fp4_moe_layer_opts o = {c->mode, 0.0f, c->h_static, 2};
-    fp4_moe_route_opts ro = {c->route, c->seed, 1.5, NULL, NULL};
+    fp4_moe_route_opts ro = {c->route, c->seed, 1.5, NULL, NULL, 0};
     uint16_t *x = make_bf16(&g, c->tokens * dims.hidden, 3.0);
     char what[160];
     snprintf(what, sizeof what, "%s %s T=%lld E=%d k=%d %s%s", fp4_moe_mode_name(c->mode),
@@ -745,7 +745,7 @@ static void test_ref_errors(void)
     fp4_ep_plan p = {0};
     layer_bufs b = {0};
     fp4_moe_layer_opts o = {FP4_MOE_W4A4, 0.0f, 0.0f, 1};
-    fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 3, 1.0, NULL, NULL};
+    fp4_moe_route_opts ro = {FP4_MOE_ROUTE_RANDOM, 3, 1.0, NULL, NULL, 0};
     uint16_t *x = make_bf16(&g, 10 * 64, 1.0);
     if (!x || make_weights(&g, &dims, &w) || fp4_moe_route(&ro, 10, 4, 2, &r, &err) != FP4_OK ||
         fp4_moe_route(&ro, 9, 4, 2, &other, &err) != FP4_OK || bufs_alloc(&b, 10, 20, &dims) ||

@@ -118,10 +118,16 @@ typedef struct fp4_moe_route_opts {
     double zipf_s;              /* skewed: exponent, finite and >= 0 (0: uniform) */
     const int32_t *trace_ids;   /* trace: [tokens, top_k] expert ids */
     const float *trace_weights; /* trace: [tokens, top_k] finite weights, or NULL (drawn) */
+    /* Shared experts (0: none): the last `shared` of the experts, which every
+     * token takes in its last `shared` slots with weight 1, beside the top_k -
+     * shared experts the mode routes it to among the others (a trace then
+     * gives those alone: [tokens, top_k - shared]). A shared expert of
+     * intermediate size n x I is n of them. */
+    int shared;
 } fp4_moe_route_opts;
 
 /* Expert ids and weights per (token, slot). ids of one token are distinct.
- * Weights: a softmax over k logits per token (so they sum to 1 up to rounding),
+ * Weights (of the routed slots; a shared expert's is 1): a softmax over k logits per token (so they sum to 1 up to rounding),
  * or for top-1 the sigmoid of its one logit (never exactly 1): random mode's
  * selected router logits (= top-k of the full softmax, renormalised); in the
  * other modes k gaussian logits drawn from the seed, so that the weights

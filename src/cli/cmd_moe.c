@@ -47,6 +47,9 @@ static const char moe_usage[] =
     "                        skewed (Zipf popularity), trace (needs --trace)\n"
     "  --zipf S              skewed routing's exponent (default 1)\n"
     "  --trace FILE.npy      expert ids [T, k] (int32 or int64 .npy): routing trace\n"
+    "  --shared N            N shared experts beside the E routed ones: every token takes\n"
+    "                        them with weight 1 (E and top-k each grow by N; the presets'\n"
+    "                        counts: docs/MOE.md; default 0)\n"
     "  --seed N              weights, activations and routing seed (default 1)\n"
     "  --step S[,S...]       gate_up, down, layer (repeatable; default gate_up,down)\n"
     "  --mode M[,M...]       w4a4 (NVFP4 activations, default) or w4a16 (bf16 activations;\n"
@@ -285,7 +288,7 @@ int cmd_moe(int argc, char **argv)
     void *plugin_handles[MAX_PLUGINS];
     int nplugins = 0;
     int nbackends = 0, ntokens = 0, tp = 1, quiet = 0, verbose = 0, max_time_given = 0;
-    int no_ceilings = 0, sweep = 0, have_dims = 0, zipf_given = 0, routing_given = 0;
+    int no_ceilings = 0, sweep = 0, have_dims = 0, zipf_given = 0, routing_given = 0, shared = 0;
     int64_t tokens[MAX_TOKENS];
     unsigned steps = 0, modes = 0;
     const char *v, *model = NULL, *json_arg = NULL, *csv_path = NULL, *backend_arg = NULL,
@@ -339,6 +342,10 @@ int cmd_moe(int argc, char **argv)
             if (fp4_moe_route_mode_parse(v, &route.mode, &err) != FP4_OK)
                 cli_usage_error(&a, "--routing: %s", fp4_err_text(&err));
             routing_given = 1;
+        } else if (cli_value(&a, "--shared", &v)) {
+            const long long n = cli_int(&a, "--shared", v);
+            if (n < 0 || n > 64) cli_usage_error(&a, "--shared %lld: want 0..64 shared experts", n);
+            shared = (int)n;
         } else if (cli_value(&a, "--zipf", &v)) {
             route.zipf_s = cli_double(&a, "--zipf", v);
             if (!(route.zipf_s >= 0)) cli_usage_error(&a, "--zipf must be >= 0");
@@ -399,6 +406,16 @@ int cmd_moe(int argc, char **argv)
         snprintf(model_name, sizeof model_name, "custom");
     }
 
+    /* shared experts: the last ones, in every token's last slots */
+    if (shared > 0) {
+        if (dims.experts > FP4_MOE_MAX_EXPERTS - shared)
+            cli_usage_error(&a, "--shared %d: %d experts in all, at most %d", shared, dims.experts + shared,
+                            FP4_MOE_MAX_EXPERTS);
+        dims.experts += shared;
+        dims.top_k += shared;
+    }
+    route.shared = shared;
+
     /* the routing */
     cli_distinct_files(&a, "--json", json_arg, "--trace", trace_path);
     cli_distinct_files(&a, "--csv", csv_path, "--trace", trace_path);
@@ -415,9 +432,9 @@ int cmd_moe(int argc, char **argv)
     route.seed = set.seed;
     if (trace_path) {
         if (read_trace(trace_path, &trace_ids, &trace_tokens, &trace_k, &err) != FP4_OK) cli_die(a.cmd, &err);
-        if (trace_k != dims.top_k)
+        if (trace_k != dims.top_k - shared)
             cli_usage_error(&a, "--trace: %s has %lld experts per token, the layer's top-k is %d", trace_path,
-                            (long long)trace_k, dims.top_k);
+                            (long long)trace_k, dims.top_k - shared);
         fp4_moe_routing check;
         route.trace_ids = trace_ids;
         if (fp4_moe_route(&route, trace_tokens, dims.experts, dims.top_k, &check, &err) != FP4_OK) {
@@ -505,9 +522,11 @@ int cmd_moe(int argc, char **argv)
         if (ctx.progress) fputs("\r\033[K", stderr);
     }
     fp4_report_print_header(out, &report);
-    fprintf(out, "MoE: %s H %lld, I %lld (per rank, tp %d), E %d, top-%d, %s; NVFP4 weights %.3g GB "
+    char with_shared[48] = "";
+    if (shared > 0) snprintf(with_shared, sizeof with_shared, " (%d of them shared, in every token's top-k)", shared);
+    fprintf(out, "MoE: %s H %lld, I %lld (per rank, tp %d), E %d, top-%d%s, %s; NVFP4 weights %.3g GB "
                  "(%.3g MB an expert)\n",
-            model_name, (long long)dims.hidden, (long long)dims.inter, tp, dims.experts, dims.top_k,
+            model_name, (long long)dims.hidden, (long long)dims.inter, tp, dims.experts, dims.top_k, with_shared,
             fp4_moe_act_name(dims.act), dims.experts * fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e9,
             fp4_moe_expert_bytes(&dims, FP4_MOE_WEIGHTS_NVFP4) / 1e6);
     fflush(out);

@@ -152,14 +152,17 @@ void fp4_moe_route_describe(const fp4_moe_route_opts *o, char *buf, size_t len)
 {
     if (!buf || len == 0) return;
     const char *name = o ? fp4_moe_route_mode_name(o->mode) : NULL;
+    char shared[32] = "";
+    if (name && o->shared > 0) snprintf(shared, sizeof shared, "shared=%d", o->shared);
     if (!name)
         snprintf(buf, len, "unknown");
     else if (o->mode == FP4_MOE_ROUTE_TRACE)
-        snprintf(buf, len, "trace");
+        snprintf(buf, len, shared[0] ? "trace(%s)" : "trace", shared);
     else if (o->mode == FP4_MOE_ROUTE_SKEWED)
-        snprintf(buf, len, "skewed(s=%g,seed=%llu)", o->zipf_s, (unsigned long long)o->seed);
+        snprintf(buf, len, "skewed(s=%g,seed=%llu%s%s)", o->zipf_s, (unsigned long long)o->seed,
+                 shared[0] ? "," : "", shared);
     else
-        snprintf(buf, len, "%s(seed=%llu)", name, (unsigned long long)o->seed);
+        snprintf(buf, len, "%s(seed=%llu%s%s)", name, (unsigned long long)o->seed, shared[0] ? "," : "", shared);
 }
 
 /* Sizes every routing must have. */
@@ -326,14 +329,14 @@ static fp4_status route_trace(const fp4_moe_route_opts *o, fp4_moe_routing *r, d
     return FP4_OK;
 }
 
-fp4_status fp4_moe_route(const fp4_moe_route_opts *o, int64_t tokens, int experts, int top_k,
-                         fp4_moe_routing *out, fp4_err *err)
+/* The routing of the mode alone (no shared experts). */
+static fp4_status route_mode(const fp4_moe_route_opts *o, int64_t tokens, int experts, int top_k,
+                             fp4_moe_routing *out, fp4_err *err)
 {
     fp4_status st;
     int32_t *perm = NULL;
     double *logits = NULL, *chosen = NULL;
     unsigned char *taken = NULL;
-    if (!o || !out) return fp4_fail(err, FP4_ERR_INVALID_ARG, "routing: NULL argument");
     memset(out, 0, sizeof *out);
     if (!fp4_moe_route_mode_name(o->mode))
         return fp4_fail(err, FP4_ERR_INVALID_ARG, "routing mode %d is unknown", (int)o->mode);
@@ -376,4 +379,45 @@ out:
     free(taken);
     if (st != FP4_OK) fp4_moe_routing_free(out);
     return st;
+}
+
+fp4_status fp4_moe_route(const fp4_moe_route_opts *o, int64_t tokens, int experts, int top_k,
+                         fp4_moe_routing *out, fp4_err *err)
+{
+    if (!o || !out) return fp4_fail(err, FP4_ERR_INVALID_ARG, "routing: NULL argument");
+    memset(out, 0, sizeof *out);
+    const int S = o->shared;
+    if (S == 0) return route_mode(o, tokens, experts, top_k, out, err);
+    fp4_status st = check_sizes("routing", tokens, experts, top_k, err);
+    if (st != FP4_OK) return st;
+    if (S < 0 || S >= top_k)
+        return fp4_fail(err, FP4_ERR_INVALID_ARG,
+                        "routing: %d shared experts: must be 0..%d (fewer than the top-k, %d, which counts them)",
+                        S, top_k - 1, top_k);
+    /* the routed slots among the first experts - S, then the shared ones */
+    fp4_moe_routing routed;
+    if ((st = route_mode(o, tokens, experts - S, top_k - S, &routed, err)) != FP4_OK) return st;
+    const size_t pairs = (size_t)tokens * (size_t)top_k;
+    out->expert_ids = malloc(pairs * sizeof *out->expert_ids);
+    out->weights = malloc(pairs * sizeof *out->weights);
+    if (!out->expert_ids || !out->weights) {
+        fp4_moe_routing_free(&routed);
+        fp4_moe_routing_free(out);
+        return fp4_fail(err, FP4_ERR_NOMEM, "routing: no memory for %lld tokens x top-k %d", (long long)tokens,
+                        top_k);
+    }
+    out->tokens = tokens;
+    out->experts = experts;
+    out->top_k = top_k;
+    const int kr = top_k - S;
+    for (int64_t t = 0; t < tokens; t++) {
+        memcpy(out->expert_ids + t * top_k, routed.expert_ids + t * kr, (size_t)kr * sizeof *out->expert_ids);
+        memcpy(out->weights + t * top_k, routed.weights + t * kr, (size_t)kr * sizeof *out->weights);
+        for (int i = 0; i < S; i++) {
+            out->expert_ids[t * top_k + kr + i] = experts - S + i;
+            out->weights[t * top_k + kr + i] = 1.0f;
+        }
+    }
+    fp4_moe_routing_free(&routed);
+    return FP4_OK;
 }
