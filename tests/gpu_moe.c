@@ -3,7 +3,8 @@
  * expert with every token, top-1 routing onto one expert, T*k a prime number
  * of pairs, K = 2880 (gpt-oss: not a multiple of 128), and a larger skewed
  * layer, one where experts see 75 pairs each (the wide grouped path), and
- * one of 8448 pairs (the layer's routing step in three kernels, not one);
+ * one of 8448 pairs (the layer's routing step in three kernels, not one),
+ * one with a shared expert (every token's, beside random routing);
  * every step (gate_up, down, the layer) in W4A4 and W4A16. A backend
  * may say unsupported (loop-fp4 in W4A16), never FAILED; moe-cublas-bf16
  * must run everything, moe-cublaslt-fp8 everything but the W4A4 layer, which
@@ -31,10 +32,11 @@
 
 typedef struct layer_case {
     const char *what;
-    fp4_moe_dims dims;
+    fp4_moe_dims dims; /* shared experts included */
     int64_t tokens;
     fp4_moe_route_mode route;
     const int32_t *trace;
+    int shared;
 } layer_case;
 
 /* A backend whose prepare() fails as a cudaMalloc too large for any GPU
@@ -206,6 +208,7 @@ static void run_layer_case(fp4_moe_engine *m, fp4_report *rep, const layer_case 
             c.route.seed = 11;
             c.route.zipf_s = 1.3;
             c.route.trace_ids = lc->trace;
+            c.route.shared = lc->shared;
             c.trace_tokens = lc->trace ? lc->tokens : 0;
             c.step = (fp4_moe_step)s;
             c.mode = (fp4_moe_mode)md;
@@ -266,14 +269,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < 37; i++) one[i] = 5;
     /* H != 2I in most cases, so that gate_up's width (2I) and down's (H) differ */
     const layer_case cases[] = {
-        {"idle and hot experts", {256, 96, 8, 2, FP4_MOE_ACT_SILU}, 6, FP4_MOE_ROUTE_TRACE, hot},
-        {"top-1 onto one expert", {384, 128, 8, 1, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_TRACE, one},
-        {"T*k = 111 pairs", {512, 256, 16, 3, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_RANDOM, NULL},
-        {"K = 2880 (gpt-oss)", {2880, 2880, 4, 2, FP4_MOE_ACT_SWIGLU_OAI}, 5, FP4_MOE_ROUTE_RANDOM, NULL},
-        {"skewed, 64 experts", {1024, 512, 64, 8, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_SKEWED, NULL},
-        {"75 pairs an expert (wide)", {768, 512, 8, 2, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_RANDOM, NULL},
+        {"idle and hot experts", {256, 96, 8, 2, FP4_MOE_ACT_SILU}, 6, FP4_MOE_ROUTE_TRACE, hot, 0},
+        {"top-1 onto one expert", {384, 128, 8, 1, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_TRACE, one, 0},
+        {"T*k = 111 pairs", {512, 256, 16, 3, FP4_MOE_ACT_SILU}, 37, FP4_MOE_ROUTE_RANDOM, NULL, 0},
+        {"K = 2880 (gpt-oss)", {2880, 2880, 4, 2, FP4_MOE_ACT_SWIGLU_OAI}, 5, FP4_MOE_ROUTE_RANDOM, NULL, 0},
+        {"skewed, 64 experts", {1024, 512, 64, 8, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_SKEWED, NULL, 0},
+        {"75 pairs an expert (wide)", {768, 512, 8, 2, FP4_MOE_ACT_SILU}, 300, FP4_MOE_ROUTE_RANDOM, NULL, 0},
         /* above the one-block routing step's 8192 pairs: its three-kernel form */
-        {"8448 pairs", {256, 128, 64, 8, FP4_MOE_ACT_SILU}, 1056, FP4_MOE_ROUTE_RANDOM, NULL},
+        {"8448 pairs", {256, 128, 64, 8, FP4_MOE_ACT_SILU}, 1056, FP4_MOE_ROUTE_RANDOM, NULL, 0},
+        /* 16 routed experts, top-3, and a shared one with all 70 tokens (the wide path) */
+        {"a shared expert", {512, 256, 17, 4, FP4_MOE_ACT_SILU}, 70, FP4_MOE_ROUTE_RANDOM, NULL, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_layer_case(m, &rep, &cases[i], b, nb);
     fp4_moe_engine_destroy(m, NULL);
