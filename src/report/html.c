@@ -411,9 +411,8 @@ static int series_of(report_model *model, const char *backend, const char *workl
     return model->nser++;
 }
 
-/* Timed and ok: the rows the plots draw. */
 /* A file of fp4bench moe rows: its table reads as MoE (tokens, experts,
- * tokens an expert, tokens/s, % of the read bandwidth). */
+ * tokens an expert, tokens/s, % of the read bandwidth), its plots say T. */
 static int run_is_moe(const fp4_report *rep)
 {
     for (int i = 0; i < rep->nrows; i++)
@@ -421,9 +420,7 @@ static int run_is_moe(const fp4_report *rep)
     return 0;
 }
 
-/* A row's case: its label, then M, N and K (a GEMM), or T, the experts with
- * tokens of E and the tokens an expert min/median/max (an MoE row), then its
- * backend. */
+/* Timed and ok: the rows the plots draw. */
 static int timed_ok(const fp4_row *w)
 {
     return w->state == FP4_ROW_OK && w->t.count > 0 && isfinite(w->t.median) && w->t.median > 0.0;
@@ -1604,6 +1601,9 @@ static void put_number_cell(FILE *f, const char *s)
     fputs("</td>", f);
 }
 
+/* A row's case: its label, then M, N and K (a GEMM), or T, the experts with
+ * tokens of E and the tokens an expert min/median/max (an MoE row), then its
+ * backend. */
 static void put_case_cells(FILE *f, const fp4_row *w, int moe)
 {
     char b[64];
