@@ -161,5 +161,9 @@ if "$FP4" moe --help | grep -q "moe-fp4-sm90" && ! "$FP4" list | grep -qE "^cuda
     # GPU backends alone: the rows at once, without GLM-5's 5.4 GB of weights made first
     expect 0 "moe-cublaslt-fp8 +unsupported: no NVIDIA GPU" -- timeout 20 "$FP4" moe --model glm5 --tokens 4 \
         --step layer --mode w4a16 --backend moe-cublaslt-fp8,moe-fp4-sm90 --quiet
+    # a preset with a shared expert says when the rows leave it out
+    checks=$((checks + 1))
+    grep -qF "E 256, top-8 (routed only: --shared 1 adds the model's shared expert)" "$TMP/out" ||
+        fail "glm5 without --shared: no hint in $(head -c 600 "$TMP/out")"
 fi
 finish

@@ -391,11 +391,13 @@ int cmd_moe(int argc, char **argv)
     if (!model && !have_dims)
         cli_usage_error(&a, "give the layer: --model NAME (%s...) or --dims H,I,E,K", "glm5, qwen3-30b, ");
     char model_name[24];
+    int preset_shared = 0; /* the model's shared experts, for a hint when --shared leaves them out */
     if (model) {
         const fp4_moe_preset *p;
         if (fp4_moe_preset_lookup(model, &p, &err) != FP4_OK) cli_usage_error(&a, "--model: %s", fp4_err_text(&err));
         if (fp4_moe_preset_dims(p, tp, &dims, &err) != FP4_OK) cli_usage_error(&a, "--tp %d: %s", tp, fp4_err_text(&err));
         snprintf(model_name, sizeof model_name, "%s", p->name);
+        preset_shared = p->shared_experts;
     } else {
         if (tp > 1) {
             if (dims.inter % tp != 0 || (dims.inter / tp) % 16 != 0)
@@ -522,8 +524,12 @@ int cmd_moe(int argc, char **argv)
         if (ctx.progress) fputs("\r\033[K", stderr);
     }
     fp4_report_print_header(out, &report);
-    char with_shared[48] = "";
-    if (shared > 0) snprintf(with_shared, sizeof with_shared, " (%d of them shared, in every token's top-k)", shared);
+    char with_shared[80] = "";
+    if (shared > 0)
+        snprintf(with_shared, sizeof with_shared, " (%d of them shared, in every token's top-k)", shared);
+    else if (preset_shared > 0) /* the model has one the rows leave out */
+        snprintf(with_shared, sizeof with_shared, " (routed only: --shared %d adds the model's shared expert%s)",
+                 preset_shared, preset_shared > 1 ? "s" : "");
     fprintf(out, "MoE: %s H %lld, I %lld (per rank, tp %d), E %d, top-%d%s, %s; NVFP4 weights %.3g GB "
                  "(%.3g MB an expert)\n",
             model_name, (long long)dims.hidden, (long long)dims.inter, tp, dims.experts, dims.top_k, with_shared,
